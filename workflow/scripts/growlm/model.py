@@ -1,0 +1,104 @@
+"""Building, saving and loading the GPT-2 models every stage uses (Hugging Face `transformers`).
+
+All models of one experiment share the tokenizer (so the vocabulary), the context length and the
+head size; they differ in width `n_embd` and depth `n_layer`. Defaults follow what is fast on a
+CPU: `gelu` (not `gelu_new`), no dropout, SDPA attention.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+from growlm.errors import GrowlmError
+
+
+def gpt2_config(
+    *,
+    n_embd: int,
+    n_layer: int,
+    vocab_size: int,
+    n_positions: int,
+    n_head: int | None = None,
+    head_dim: int = 16,
+    tie_word_embeddings: bool = True,
+    activation_function: str = "gelu",
+    dropout: float = 0.0,
+    bos_token_id: int = 0,
+    eos_token_id: int = 0,
+) -> GPT2Config:
+    """A GPT2Config for width `n_embd`, depth `n_layer`; heads = n_embd / head_dim unless given."""
+    if n_head is None:
+        if n_embd % head_dim:
+            raise GrowlmError(f"width {n_embd} is not a multiple of the head size {head_dim}")
+        n_head = n_embd // head_dim
+    if n_embd % n_head:
+        raise GrowlmError(f"width {n_embd} is not divisible by n_head={n_head}")
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        activation_function=activation_function,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        use_cache=False,
+    )
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def build_model(seed: int = 0, **config_kwargs) -> GPT2LMHeadModel:
+    """A freshly initialised GPT2LMHeadModel; the same seed gives the same weights."""
+    config = gpt2_config(**config_kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT2LMHeadModel(config)
+    return model
+
+
+def n_params(model: torch.nn.Module, *, non_embedding: bool = False) -> int:
+    """Distinct parameters (a tied head counts once); optionally without embeddings."""
+    seen = {}
+    for name, p in model.named_parameters():
+        seen[id(p)] = (name, p.numel())
+    total = sum(n for _, n in seen.values())
+    if non_embedding:
+        total -= sum(n for name, n in seen.values() if name.endswith(("wte.weight", "wpe.weight")))
+    return total
+
+
+def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: str | Path | None = None,
+               extra: dict | None = None) -> None:
+    """`save_pretrained` (safetensors) plus the shared tokenizer and an optional growlm.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if tokenizer_dir is not None:
+        from growlm.tokenizer import load_tokenizer
+
+        load_tokenizer(tokenizer_dir).save_pretrained(out_dir)
+    if extra:
+        (out_dir / "growlm.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
+
+
+def load_model(model_dir: str | Path) -> GPT2LMHeadModel:
+    """Load a saved model with `AutoModelForCausalLM`, failing with a clear message."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise GrowlmError(f"no model at {model_dir} (config.json missing)")
+    if not (model_dir / "model.safetensors").is_file():
+        raise GrowlmError(f"model at {model_dir} has no model.safetensors")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
+    except Exception as err:  # corrupt safetensors, mismatched config
+        raise GrowlmError(f"cannot load the model at {model_dir}: {err}") from err
+    return model
