@@ -1,0 +1,31 @@
+# growlm: grow a large GPT-2 from n small trained ones, and measure whether it pays.
+# Run:    snakemake --cores 2            (the default experiment of config.yaml)
+# Report: snakemake --report results/report.html
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/tokenizer.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/grow.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/eval/comparison.csv",
+        "results/report/loss_vs_flops.svg",
+        "results/report/comparison.html",
+        "results/report/corpus_stats.html",

@@ -1,0 +1,66 @@
+"""Shared fixtures: a copy of the workflow in a temporary folder, and a Snakemake runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TINY = REPO / "tests" / "config" / "tiny.yaml"
+
+
+def copy_workflow(dest: Path) -> Path:
+    """The workflow files (not results) in `dest`, with the bundled corpus linked."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / name, dest / name)
+    for name in ("workflow", "profiles", "envs", "config", "tests"):
+        if (REPO / name).exists():
+            shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
+    (dest / "resources").symlink_to(REPO / "resources")
+    return dest
+
+
+def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def job_counts(dry_run_stdout: str) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run into {rule: count}."""
+    counts, in_table = {}, False
+    for line in dry_run_stdout.splitlines():
+        parts = line.split()
+        if parts[:2] == ["job", "count"]:
+            in_table = True
+            continue
+        if in_table:
+            if len(parts) == 2 and parts[1].isdigit():
+                if parts[0] != "total":
+                    counts[parts[0]] = int(parts[1])
+            elif parts and not set(line.strip()) <= {"-"}:
+                break
+    return counts
+
+
+@pytest.fixture
+def workflow_dir(tmp_path: Path) -> Path:
+    return copy_workflow(tmp_path / "wf")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One real run of the whole DAG on the tiny config, shared by the tests that inspect it."""
+    wd = copy_workflow(tmp_path_factory.mktemp("tiny") / "wf")
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY))
+    run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/report.html")
+    return wd

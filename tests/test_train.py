@@ -1,0 +1,131 @@
+"""The training loop: it learns, resumes bit-exactly, stops on NaN, obeys its schedule."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from growlm.errors import GrowlmError
+from growlm.model import build_model
+from growlm.train import TrainConfig, evaluate, lr_at, train
+
+V, T = 128, 16
+
+
+def tokens(n=20000, seed=0):
+    # a learnable stream: a repeating pattern with noise
+    rng = np.random.default_rng(seed)
+    base = np.tile(np.arange(V, dtype=np.uint16), n // V + 1)[:n]
+    noise = rng.integers(0, V, n).astype(np.uint16)
+    return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
+
+
+def tiny_model(seed=0):
+    return build_model(seed=seed, n_embd=32, n_layer=2, vocab_size=V, n_positions=T, head_dim=8)
+
+
+def cfg(**kw):
+    base = dict(tokens=8 * T * 40, batch_size=8, context=T, lr=3e-3, warmup_steps=4, eval_interval=10,
+                eval_tokens=1024, checkpoint_every=10, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_training_lowers_the_loss(tmp_path):
+    data = tokens()
+    model = tiny_model()
+    before = evaluate(model, data, context=T, max_tokens=2048)["loss"]
+    summary = train(model, data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "ledger.csv",
+                    log=lambda s: None)
+    after = evaluate(model, data, context=T, max_tokens=2048)["loss"]
+    assert after < before - 0.5, (before, after)
+    rows = list(csv.DictReader(open(tmp_path / "ledger.csv")))
+    assert [int(r["step"]) for r in rows if r["kind"] == "eval"] == [0, 10, 20, 30, 40]
+    flops = [int(r["flops"]) for r in rows]
+    assert flops == sorted(flops) and flops[-1] == summary["flops"] > 0
+    assert all(float(r["peak_mem_mb"]) > 0 for r in rows)
+
+
+def test_one_step_lowers_the_loss_on_the_same_batch(tmp_path):
+    data = tokens()
+    model = tiny_model()
+    c = cfg(tokens=8 * T, warmup_steps=0, lr=1e-2)
+    from growlm.data import BatchSampler
+    from growlm.train import lm_loss
+
+    x, y = BatchSampler(data, batch_size=8, context=T, seed=c.seed).batch(0)
+    before = lm_loss(model, x, y)[0].item()
+    train(model, data, data, c, ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv", log=lambda s: None)
+    assert lm_loss(model, x, y)[0].item() < before
+
+
+def test_resume_is_bitwise_identical(tmp_path):
+    data = tokens()
+    full = tiny_model()
+    train(full, data, data, cfg(), ckpt_dir=tmp_path / "a", ledger_path=tmp_path / "a.csv", log=lambda s: None)
+
+    # an interrupted run: dies after step 25 (last checkpoint: step 20), then is run again
+    class Killed(Exception):
+        pass
+
+    def kill_at_25(step):
+        if step == 25:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(tiny_model(), data, data, cfg(), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv",
+              log=lambda s: None, step_callback=kill_at_25)
+    messages = []
+    resumed = tiny_model(seed=99)  # different init: everything must come from the checkpoint
+    train(resumed, data, data, cfg(), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv", log=messages.append)
+    assert any("resumed from checkpoint" in m for m in messages)
+    for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_corrupt_checkpoint_falls_back_to_previous(tmp_path):
+    data = tokens()
+    m = tiny_model()
+    train(m, data, data, cfg(tokens=8 * T * 20), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
+          log=lambda s: None)
+    ckpts = sorted((tmp_path / "ck").glob("step_*"))
+    assert [p.name for p in ckpts] == ["step_00000010", "step_00000020"]
+    with open(ckpts[-1] / "model.safetensors", "r+b") as fh:
+        fh.seek(200)
+        fh.write(b"\x00\x01\x02garbage")
+    messages = []
+    train(tiny_model(), data, data, cfg(tokens=8 * T * 20), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
+          log=messages.append)
+    assert any("corrupt" in m and "step_00000020" in m for m in messages)
+    assert any("resumed from checkpoint step_00000010" in m for m in messages)
+
+
+def test_nan_loss_stops_with_the_step_named(tmp_path):
+    data = tokens()
+    model = tiny_model()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight.fill_(float("nan"))
+    with pytest.raises(GrowlmError, match=r"loss is nan at step 1"):
+        train(model, data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv", log=lambda s: None)
+
+
+def test_schedule_warmup_then_cosine():
+    c = cfg(tokens=8 * T * 100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
+    assert lr_at(0, c) == pytest.approx(0.1)
+    assert lr_at(9, c) == pytest.approx(1.0)
+    assert lr_at(55, c) == pytest.approx(0.55)
+    assert lr_at(100, c) == pytest.approx(0.1)
+    assert all(lr_at(s, c) >= lr_at(s + 1, c) for s in range(10, 100))
+
+
+def test_budget_smaller_than_a_batch_is_a_clear_error(tmp_path):
+    with pytest.raises(GrowlmError, match="smaller than one batch"):
+        train(tiny_model(), tokens(), tokens(), cfg(tokens=10), ckpt_dir=tmp_path, ledger_path=tmp_path / "l.csv")
+
+
+def test_evaluate_reports_perplexity_and_accuracy():
+    m = evaluate(tiny_model(), tokens(), context=T, max_tokens=1024)
+    assert m["perplexity"] == pytest.approx(math.exp(m["loss"]))
+    assert 0 <= m["accuracy"] <= 1 and m["tokens"] == 1024

@@ -1,0 +1,108 @@
+# Config validation, sweep normalisation, wildcard constraints, target lists and input functions.
+# No rules here.
+
+import itertools
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+
+from growlm.experiment import (  # noqa: E402
+    check_experiment,
+    method_id,
+    normalise_sweep,
+)
+
+validate(config, schema="../schemas/config.schema.yaml")
+SWEEP = normalise_sweep(config)
+try:
+    check_experiment(config, SWEEP)
+except ValueError as err:
+    raise WorkflowError(f"config error: {err}")
+
+LEVELS = sorted({int(s["level"]) for s in config["corpus"]["sources"]})
+SPLITS = ["train", "val", "test"]
+SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
+METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
+
+
+wildcard_constraints:
+    d0=r"\d+",
+    d1=r"\d+",
+    L0=r"\d+",
+    L1=r"\d+",
+    n=r"\d+",
+    seed=r"\d+",
+    member=r"\d+",
+    level=r"\d+",
+    split="train|val|test",
+    source="|".join(SOURCES),
+    method="|".join(METHOD_IDS),
+
+
+def combos():
+    """Every (d0, L0, d1, L1, n, method, seed) of the sweep, as dicts of wildcard values."""
+    keys = ["d0", "L0", "d1", "L1", "n", "method", "seed"]
+    values = [SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"], METHOD_IDS, SWEEP["seeds"]]
+    return [dict(zip(keys, v)) for v in itertools.product(*values)]
+
+
+SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
+BASELINE = "results/models/baseline/d{d1}_L{L1}/s{seed}"
+GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
+REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
+
+
+def model_dirs():
+    """Every trained model folder of the sweep (members, baselines, refined)."""
+    dirs = set()
+    for c in combos():
+        for member in range(1, int(c["n"]) + 1):
+            dirs.add(SMALL.format(member=member, **c))
+        dirs.add(BASELINE.format(**c))
+        dirs.add(REFINED.format(**c))
+    return sorted(dirs)
+
+
+def grown_dirs():
+    return sorted({GROWN.format(**c) for c in combos()})
+
+
+def member_dirs(wildcards):
+    """The n small members a grow job combines."""
+    return [
+        SMALL.format(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed, member=i)
+        for i in range(1, int(wildcards.n) + 1)
+    ]
+
+
+def member_models(wildcards):
+    return [f"{d}/model.safetensors" for d in member_dirs(wildcards)]
+
+
+def level_text(level, split):
+    return f"results/corpus/level{level}/{split}.txt"
+
+
+def source_input(wildcards):
+    src = SOURCES[wildcards.source]
+    if src.get("path"):
+        return src["path"]
+    return f"resources/downloads/{wildcards.source}.txt"
+
+
+def level_sources(wildcards):
+    names = [s["name"] for s in config["corpus"]["sources"] if int(s["level"]) == int(wildcards.level)]
+    return [f"results/corpus/sources/{name}.txt" for name in names]
+
+
+def train_resources(attempt):
+    res = config["resources"]
+    return {"mem_mb": res["mem_mb"] * attempt, "runtime": res["runtime"] * attempt}
+
+
+def eval_targets():
+    return [d.replace("results/models/", "results/eval/", 1) + "/metrics.json" for d in model_dirs()]

@@ -1,0 +1,28 @@
+# Growth: combine the n trained members into the initial weights of M'_1 (width d1, depth L1)
+# with an operator (or chain) from growlm.growth.METHODS.
+
+
+rule grow:
+    input:
+        member_models,
+    output:
+        f"{GROWN}/growth.json",
+    params:
+        members=member_dirs,
+        options=lambda wc: {
+            k: v
+            for name in wc.method.split("+")
+            for k, v in config["grow"]["options"].get(name, {}).items()
+        },
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: 10 * attempt,
+    log:
+        "results/logs/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.log",
+    benchmark:
+        "results/benchmarks/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/grow.py"

@@ -1,0 +1,46 @@
+# Report: figures and tables embedded by `snakemake --report results/report.html`.
+
+
+rule corpus_stats:
+    input:
+        expand("results/corpus/level{level}/stats.json", level=LEVELS),
+    output:
+        csv="results/corpus/stats.csv",
+        html=report(
+            "results/report/corpus_stats.html",
+            caption="../report/corpus_stats.rst",
+            category="1. Corpus",
+        ),
+    log:
+        "results/logs/corpus_stats.log",
+    benchmark:
+        "results/benchmarks/corpus_stats.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/corpus_stats.py"
+
+
+rule report_figures:
+    input:
+        comparison="results/eval/comparison.csv",
+        curves="results/eval/curves.csv",
+    output:
+        loss=report(
+            "results/report/loss_vs_flops.svg",
+            caption="../report/loss_vs_flops.rst",
+            category="2. Training",
+        ),
+        table=report(
+            "results/report/comparison.html",
+            caption="../report/comparison.rst",
+            category="3. Comparison",
+        ),
+    log:
+        "results/logs/report_figures.log",
+    benchmark:
+        "results/benchmarks/report_figures.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/report_figures.py"

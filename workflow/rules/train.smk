@@ -1,0 +1,92 @@
+# Training: the n small members on level 0 (one job each), the baseline M_0 from scratch on
+# level 1, and the refinement of the grown M'_1 into M_1 with the same loop and budget.
+# Resumable checkpoints go to results/checkpoints/..., which is not a declared output.
+
+
+rule train_small:
+    input:
+        train="results/tokens/level0/train.npy",
+        val="results/tokens/level0/val.npy",
+        tokenizer="results/tokenizer/tokenizer.json",
+    output:
+        model=f"{SMALL}/model.safetensors",
+        config=f"{SMALL}/config.json",
+        ledger=f"{SMALL}/ledger.csv",
+    params:
+        train=config["train"],
+        model=config["model"],
+        members=config["members"],
+    threads: config["train"]["threads"]
+    resources:
+        gpu=config["resources"]["gpu"],
+        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
+        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
+    retries: 1
+    log:
+        "results/logs/train_small/d{d0}_L{L0}_s{seed}_m{member}.log",
+    benchmark:
+        "results/benchmarks/train_small/d{d0}_L{L0}_s{seed}_m{member}.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/train_small.py"
+
+
+rule train_baseline:
+    input:
+        train="results/tokens/level1/train.npy",
+        val="results/tokens/level1/val.npy",
+        tokenizer="results/tokenizer/tokenizer.json",
+    output:
+        model=f"{BASELINE}/model.safetensors",
+        config=f"{BASELINE}/config.json",
+        ledger=f"{BASELINE}/ledger.csv",
+    params:
+        train=config["train"],
+        model=config["model"],
+    threads: config["train"]["threads"]
+    resources:
+        gpu=config["resources"]["gpu"],
+        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
+        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
+    retries: 1
+    log:
+        "results/logs/train_baseline/d{d1}_L{L1}_s{seed}.log",
+    benchmark:
+        "results/benchmarks/train_baseline/d{d1}_L{L1}_s{seed}.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/train_baseline.py"
+
+
+rule refine:
+    input:
+        grown=f"{GROWN}/growth.json",
+        train="results/tokens/level1/train.npy",
+        val="results/tokens/level1/val.npy",
+        tokenizer="results/tokenizer/tokenizer.json",
+    output:
+        model=f"{REFINED}/model.safetensors",
+        config=f"{REFINED}/config.json",
+        ledger=f"{REFINED}/ledger.csv",
+    params:
+        train=config["train"],
+        model=config["model"],
+    threads: config["train"]["threads"]
+    resources:
+        gpu=config["resources"]["gpu"],
+        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
+        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
+    retries: 1
+    log:
+        "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.log",
+    benchmark:
+        "results/benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/refine.py"

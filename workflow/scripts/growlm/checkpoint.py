@@ -1,0 +1,135 @@
+"""Resumable checkpoints: tensors in safetensors, everything else in JSON, a manifest of sha256 sums.
+
+A checkpoint is a folder `step_<k>/` inside a job's checkpoint directory, which is *not* a declared
+Snakemake output (Snakemake deletes a failed job's outputs). It is written to a temporary folder
+and renamed, so a killed job leaves either a whole checkpoint or none; the manifest also catches a
+truncated or corrupted file, in which case `load_latest` falls back to the previous checkpoint and
+says so. Nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for idx, state in sd["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                tensors[f"{idx}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{idx}.{key}"] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    for key, value in meta["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared storage (tied embeddings): keep the first name of each tensor
+    out, seen = {}, set()
+    for name, t in model.state_dict().items():
+        key = t.data_ptr() if t.numel() else name
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = t.detach().contiguous().cpu()
+    return out
+
+
+def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer, state: dict, *, keep: int = 2) -> Path:
+    """Write `step_<step>/` atomically and keep only the newest `keep` checkpoints."""
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"step_{step:08d}"
+    tmp = ckpt_dir / f".tmp_step_{step:08d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file(_model_tensors(model), tmp / "model.safetensors")
+    opt_tensors, opt_meta = _optimizer_to_flat(optimizer)
+    save_file(opt_tensors, tmp / "optimizer.safetensors")
+    (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
+    (tmp / "state.json").write_text(json.dumps(state))
+    files = ["model.safetensors", "optimizer.safetensors", "optimizer.json", "state.json"]
+    manifest = {"step": step, "files": {f: _sha256(tmp / f) for f in files}}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in sorted(ckpt_dir.glob("step_*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def verify(path: Path) -> str | None:
+    """None if the checkpoint at `path` is whole, else the reason it is not."""
+    mf = path / MANIFEST
+    if not mf.is_file():
+        return "manifest missing"
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError:
+        return "manifest unreadable"
+    for name, digest in manifest["files"].items():
+        f = path / name
+        if not f.is_file():
+            return f"{name} missing"
+        if _sha256(f) != digest:
+            return f"{name} checksum mismatch"
+    return None
+
+
+def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                log=print) -> dict | None:
+    """Restore the newest whole checkpoint into `model` and `optimizer`; return its state or None."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return None
+    for path in sorted(ckpt_dir.glob("step_*"), reverse=True):
+        problem = verify(path)
+        if problem:
+            log(f"checkpoint {path} is corrupt ({problem}); falling back to the previous one")
+            continue
+        tensors = load_file(path / "model.safetensors")
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        saved = set(tensors)
+        shared = {n for n, t in model.state_dict().items() if n not in saved}
+        if unexpected or (set(missing) - shared):
+            raise RuntimeError(f"checkpoint {path} does not fit the model "
+                               f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
+        _optimizer_from_flat(optimizer, load_file(path / "optimizer.safetensors"),
+                             json.loads((path / "optimizer.json").read_text()))
+        state = json.loads((path / "state.json").read_text())
+        log(f"resumed from checkpoint {path.name} (step {state['step']})")
+        return state
+    return None

@@ -1,0 +1,140 @@
+"""The comparison of M_0 (scratch) and each M_1 (grown from n members): accuracy and cost.
+
+The headline is the FLOPs M_1 needs to reach M_0's final validation loss. It is reported two ways:
+counting the training FLOPs of all n small members and the growth itself (the honest cost), and,
+labelled as such, treating the members as free (as most papers do). Ratios are over M_0's total
+training FLOPs; below 1 means growing was cheaper. The crossing point is interpolated linearly in
+FLOPs between the two evaluations that bracket M_0's final loss.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from growlm.errors import GrowlmError
+
+
+def read_ledger(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise GrowlmError(f"ledger {path} is missing")
+    df = pd.read_csv(path)
+    for col in ("step", "tokens", "flops", "wall_s", "train_loss", "val_loss", "peak_mem_mb"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def first_reach(ledger: pd.DataFrame, target: float, column: str = "flops") -> float:
+    """The `column` value (FLOPs or wall seconds) at which val_loss first reaches `target`."""
+    ev = ledger.dropna(subset=["val_loss"]).sort_values("step")
+    prev = None
+    for _, row in ev.iterrows():
+        if row["val_loss"] <= target:
+            if prev is None or prev["val_loss"] == row["val_loss"]:
+                return float(row[column])
+            frac = (prev["val_loss"] - target) / (prev["val_loss"] - row["val_loss"])
+            return float(prev[column] + frac * (row[column] - prev[column]))
+        prev = row
+    return math.nan
+
+
+def loss_at(ledger: pd.DataFrame, flops: float) -> float:
+    """Validation loss at `flops` (linear interpolation between evaluations); NaN outside the run."""
+    ev = ledger.dropna(subset=["val_loss"]).sort_values("flops")
+    if flops < ev["flops"].iloc[0] or flops > ev["flops"].iloc[-1]:
+        return math.nan
+    return float(np.interp(flops, ev["flops"], ev["val_loss"]))
+
+
+def unigram_loss(train_tokens: np.ndarray, test_tokens: np.ndarray, vocab_size: int) -> float:
+    """Cross entropy of an add-one unigram model: the floor any real model must beat."""
+    counts = np.bincount(np.asarray(train_tokens, dtype=np.int64), minlength=vocab_size).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[np.asarray(test_tokens, dtype=np.int64)].mean())
+
+
+def _metrics(path: Path, level: str = "1") -> dict:
+    m = json.loads(path.read_text())["levels"]
+    return m.get(level, {})
+
+
+def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
+    base_dir = Path(paths["baseline"].format(**combo))
+    ref_dir = Path(paths["refined"].format(**combo))
+    grown_dir = Path(paths["grown"].format(**combo))
+    growth = json.loads((grown_dir / "growth.json").read_text())
+    small_flops = float(sum(m["flops"] for m in growth["members"]))
+    small_wall = float(sum(m["wall_s"] for m in growth["members"]))
+    growth_flops = float(growth.get("growth_flops", 0))
+    growth_wall = float(growth.get("growth_wall_s", 0.0))
+
+    m0, m1 = read_ledger(base_dir / "ledger.csv"), read_ledger(ref_dir / "ledger.csv")
+    m0_final = float(m0.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
+    m1_final = float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
+    m0_flops, m0_wall = float(m0["flops"].iloc[-1]), float(m0["wall_s"].iloc[-1])
+    reach_flops = first_reach(m1, m0_final, "flops")
+    reach_wall = first_reach(m1, m0_final, "wall_s")
+    offset = small_flops + growth_flops
+
+    def metric(d: Path, key: str) -> float:
+        p = Path(str(d).replace("results/models/", "results/eval/", 1)) / "metrics.json"
+        return float(_metrics(p).get(key, math.nan))
+
+    row = {
+        **combo,
+        "m0_final_val_loss": m0_final,
+        "m1_final_val_loss": m1_final,
+        "m1_step0_val_loss": float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[0]),
+        "m0_test_loss": metric(base_dir, "loss"),
+        "m1_test_loss": metric(ref_dir, "loss"),
+        "m0_test_ppl": metric(base_dir, "perplexity"),
+        "m1_test_ppl": metric(ref_dir, "perplexity"),
+        "m0_test_acc": metric(base_dir, "accuracy"),
+        "m1_test_acc": metric(ref_dir, "accuracy"),
+        "small_flops": small_flops,
+        "growth_flops": growth_flops,
+        "m0_flops": m0_flops,
+        "m1_refine_flops": float(m1["flops"].iloc[-1]),
+        "m1_flops_to_m0_loss": reach_flops,
+        "cost_ratio": (offset + reach_flops) / m0_flops,
+        "cost_ratio_small_free": (growth_flops + reach_flops) / m0_flops,
+        "wall_ratio": (small_wall + growth_wall + reach_wall) / m0_wall,
+        "wall_ratio_small_free": (growth_wall + reach_wall) / m0_wall,
+        "loss_gap_equal_flops": loss_at(m1, m0_flops - offset) - m0_final,
+        "m0_peak_mem_mb": float(m0["peak_mem_mb"].max()),
+        "m1_peak_mem_mb": float(m1["peak_mem_mb"].max()),
+        "reached": not math.isnan(reach_flops),
+    }
+    keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed")}
+    c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, **keys)
+    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, **keys)
+    curves = [c0, c1]
+    for i, member in enumerate(growth["members"], start=1):
+        led = read_ledger(Path(member["dir"]) / "ledger.csv")
+        curves.append(led.assign(arm=f"m_{i} (small, level 0)", offset_flops=0.0, **keys))
+    return row, curves
+
+
+def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
+                     unigram_test, vocab_size: int) -> pd.DataFrame:
+    from growlm.data import load_tokens
+
+    uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
+    rows, curves = [], []
+    for combo in combos:
+        row, c = compare_one(combo, paths)
+        row["unigram_test_loss"] = uni
+        rows.append(row)
+        curves.extend(c)
+    table = pd.DataFrame(rows)
+    table.to_csv(comparison_csv, index=False)
+    curve_df = pd.concat(curves, ignore_index=True)
+    curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
+    curve_df.to_csv(curves_csv, index=False)
+    print(table.T.to_string())
+    return table

@@ -1,0 +1,106 @@
+"""The experiment as the config describes it: the sweep, its checks, and each job's settings.
+
+Used by the workflow (`workflow/rules/common.smk`) to build targets and by the entry scripts to
+turn config sections into a `TrainConfig`, so both agree on every value.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from growlm.train import TrainConfig
+
+SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def method_chain(method) -> list[str]:
+    """A config method (a name, a list of names, or an id 'a+b') as a list of operator names."""
+    if isinstance(method, str):
+        return method.split("+")
+    return [str(m) for m in method]
+
+
+def method_id(method) -> str:
+    """The path-safe id of a method or chain: names joined by '+'."""
+    return "+".join(method_chain(method))
+
+
+def normalise_sweep(config: dict) -> dict:
+    """Sweep keys as lists (a command-line `--config n=3` gives a scalar)."""
+    sweep = {k: _as_list(config[k]) for k in SWEEP_KEYS}
+    if isinstance(config["methods"], list) and config["methods"] and all(
+        isinstance(m, str) for m in config["methods"]
+    ):
+        sweep["methods"] = list(config["methods"])
+    return sweep
+
+
+def check_experiment(config: dict, sweep: dict) -> None:
+    """Raise ValueError naming the first inconsistent setting of the sweep."""
+    head_dim = config["model"]["head_dim"]
+    for key in ("d0", "d1"):
+        for d in sweep[key]:
+            if d % head_dim:
+                raise ValueError(f"{key}={d} is not a multiple of model.head_dim={head_dim}")
+    for d0, d1 in itertools.product(sweep["d0"], sweep["d1"]):
+        if d1 < d0:
+            raise ValueError(f"d1={d1} is smaller than d0={d0}: the grown model must be at least as wide")
+    for L0, L1 in itertools.product(sweep["L0"], sweep["L1"]):
+        if L1 < L0:
+            raise ValueError(f"L1={L1} is smaller than L0={L0}: the grown model must be at least as deep")
+    try:
+        from growlm.growth import METHODS
+    except ImportError:  # growth library not importable: the grow job will say why
+        METHODS = None
+    if METHODS is not None:
+        for m in sweep["methods"]:
+            for name in method_chain(m):
+                if name not in METHODS:
+                    raise ValueError(f"unknown growth method {name!r} in methods; known: {', '.join(METHODS)}")
+    levels = {int(s["level"]) for s in config["corpus"]["sources"]}
+    for needed in (0, 1):
+        if needed not in levels:
+            raise ValueError(f"corpus.sources has no source of level {needed}")
+    names = [s["name"] for s in config["corpus"]["sources"]]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise ValueError(f"corpus.sources names must be unique; repeated: {', '.join(sorted(dupes))}")
+
+
+def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu") -> TrainConfig:
+    """The TrainConfig of a job of `stage` ('small', 'large' or 'refine')."""
+    t = config["train"]
+    base = dict(t["large"] if stage in ("large", "refine") else t["small"])
+    if stage == "refine":
+        base.update(t.get("refine") or {})
+    return TrainConfig(
+        tokens=int(base["tokens"]),
+        batch_size=int(base.get("batch_size", 16)),
+        context=int(config["model"]["context"]),
+        lr=float(base["lr"]),
+        warmup_steps=int(base.get("warmup_steps", 0)),
+        min_lr_ratio=float(t["min_lr_ratio"]),
+        weight_decay=float(t["weight_decay"]),
+        grad_clip=float(t["grad_clip"]),
+        eval_interval=int(t["eval_interval"]),
+        eval_tokens=int(t["eval_tokens"]),
+        checkpoint_every=int(t["checkpoint_every"]),
+        dense_log_steps=int(t["dense_log_steps"]) if stage == "refine" else 0,
+        seed=seed,
+        device=device,
+    )
+
+
+def model_kwargs(config: dict, *, n_embd: int, n_layer: int, vocab_size: int) -> dict:
+    """Keyword arguments for `growlm.model.build_model` for a model of this experiment."""
+    m = config["model"]
+    return dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size, n_positions=m["context"],
+                head_dim=m["head_dim"], tie_word_embeddings=m["tie_embeddings"])
+
+
+def member_seed(seed: int, member: int) -> int:
+    return 1000 * int(seed) + int(member)

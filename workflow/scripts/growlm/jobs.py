@@ -1,0 +1,185 @@
+"""What one workflow job does, as plain functions of paths and settings.
+
+The entry scripts in `workflow/scripts/` call these with values from the `snakemake` object; a
+notebook can call them directly. Each one reads its inputs, calls the library, writes its outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from growlm.errors import GrowlmError
+
+
+def choose_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def checkpoint_dir_for(model_dir: str | Path) -> Path:
+    """Checkpoints live beside `results/models/...` under `results/checkpoints/...`, never inside
+    a declared output (Snakemake deletes a failed job's outputs)."""
+    model_dir = Path(model_dir)
+    parts = list(model_dir.parts)
+    if "models" in parts:
+        parts[parts.index("models")] = "checkpoints"
+        return Path(*parts)
+    return model_dir.with_name(model_dir.name + ".ckpt")
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- corpus -----------------------------------------------------------------------------------
+
+def fetch_source(source: dict, out_file: str | Path, *, bundled: str | None = None) -> None:
+    """Copy a bundled source or download it (sha256-checked) to `out_file`."""
+    from growlm import corpus
+
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    if bundled:
+        text = corpus.read_source(bundled)
+        out_file.write_text(text, encoding="utf-8")
+    else:
+        if not source.get("sha256"):
+            _log(f"warning: source {source['name']} has no sha256; its download is not checked")
+        corpus.download_source(source["url"], out_file, source.get("sha256"), source["name"])
+    _log(f"source {source['name']} (level {source['level']}): {out_file.stat().st_size} bytes")
+
+
+def clean_level(source_files: list[str], names: list[str], level: int, out_dir: str | Path,
+                stats_file: str | Path, corpus_cfg: dict) -> None:
+    from growlm import corpus
+
+    sources = [(name, Path(f).read_text(encoding="utf-8")) for name, f in zip(names, source_files)]
+    stats = corpus.prepare_level(
+        sources, Path(out_dir), val_fraction=corpus_cfg["val_fraction"],
+        test_fraction=corpus_cfg["test_fraction"], min_words=corpus_cfg["min_words"],
+        max_words=corpus_cfg["max_words"])
+    stats = {"level": level, "sources": len(names), **stats}
+    Path(stats_file).write_text(json.dumps(stats, indent=2, default=float))
+    _log(f"level {level}: {json.dumps(stats, default=float)}")
+
+
+# --- training ---------------------------------------------------------------------------------
+
+def _train_and_save(model, cfg, *, train_file, val_file, out_dir, tokenizer_dir, info: dict,
+                    shard: tuple[int, int] | None = None) -> dict:
+    from growlm.data import load_tokens, shard as take_shard
+    from growlm.model import save_model
+    from growlm.train import train
+
+    train_tokens = load_tokens(train_file)
+    if shard is not None:
+        train_tokens = take_shard(train_tokens, *shard)
+    val_tokens = load_tokens(val_file)
+    out_dir = Path(out_dir)
+    ckpt = checkpoint_dir_for(out_dir)
+    _log(f"training {info.get('role')} ({sum(p.numel() for p in model.parameters())} parameters) for "
+         f"{cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens on {cfg.device}; checkpoints in {ckpt}")
+    ledger_tmp = ckpt / "ledger.csv"
+    summary = train(model, train_tokens, val_tokens, cfg, ckpt_dir=ckpt, ledger_path=ledger_tmp, log=_log)
+    if hasattr(model, "to_gpt2"):
+        model = model.to_gpt2()
+    save_model(model, out_dir, tokenizer_dir=tokenizer_dir, extra={**info, "train": summary})
+    shutil.copy(ledger_tmp, out_dir / "ledger.csv")
+    _log(f"saved {out_dir}; final val loss {summary['final_val_loss']}")
+    return summary
+
+
+def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, seed: int, init_seed: int,
+                       train_file, val_file, tokenizer_dir, out_dir, shard=None, role: str) -> dict:
+    """A small member (stage 'small') or the baseline M_0 (stage 'large')."""
+    from growlm.experiment import model_kwargs, train_config
+    from growlm.model import build_model
+    from growlm.tokenizer import load_tokenizer
+
+    vocab = len(load_tokenizer(tokenizer_dir))
+    model = build_model(seed=init_seed, **model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab))
+    cfg = train_config(config, stage, seed=seed, device=choose_device())
+    return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
+                           tokenizer_dir=tokenizer_dir, shard=shard,
+                           info={"role": role, "init_seed": init_seed, "data_seed": seed,
+                                 "shard": list(shard) if shard else None})
+
+
+def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict,
+         out_dir) -> None:
+    """Combine the trained members into M'_1 with a growth operator; record its cost."""
+    from growlm.experiment import method_chain
+    from growlm.growth import grow as grow_models, save_grown
+    from growlm.model import load_model
+    from growlm.phases import phase
+
+    members = [load_model(d) for d in member_dirs]
+    chain = method_chain(method)
+    t0 = time.perf_counter()
+    with phase("grow"):
+        grown = grow_models(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
+                            seed=seed, **options)
+    wall = time.perf_counter() - t0
+    flops = int(getattr(grown, "growlm_growth_flops", 0))
+    save_grown(grown, out_dir)
+    member_cost = []
+    for d in member_dirs:
+        meta = json.loads((Path(d) / "growlm.json").read_text())
+        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+    (Path(out_dir) / "growth.json").write_text(json.dumps(
+        {"method": method, "chain": chain, "options": options, "growth_flops": flops, "growth_wall_s": wall,
+         "members": member_cost}, indent=2))
+    _log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
+
+
+def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir) -> dict:
+    """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW, short re-warm-up)."""
+    from growlm.experiment import train_config
+    from growlm.growth import load_grown
+
+    model = load_grown(grown_dir)
+    growth = json.loads((Path(grown_dir) / "growth.json").read_text())
+    cfg = train_config(config, "refine", seed=seed, device=choose_device())
+    return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
+                           tokenizer_dir=tokenizer_dir, info={"role": "refined", "growth": growth,
+                                                              "data_seed": seed})
+
+
+def evaluate_model(*, model_dir, test_files: dict[int, str], context: int, max_tokens: int, out_file) -> dict:
+    """Held-out loss, perplexity and next-token accuracy on each level's test split."""
+    from growlm.data import load_tokens
+    from growlm.model import load_model
+    from growlm.train import evaluate
+
+    device = choose_device()
+    model = load_model(model_dir).to(device)
+    result = {"model": str(model_dir), "levels": {}}
+    for level, f in sorted(test_files.items()):
+        result["levels"][str(level)] = evaluate(model, load_tokens(f), context=context, batch_size=16,
+                                                max_tokens=max_tokens, device=device)
+    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_file).write_text(json.dumps(result, indent=2))
+    _log(f"evaluated {model_dir}: {json.dumps(result['levels'])}")
+    return result
+
+
+@contextlib.contextmanager
+def job_log(log_file: str | Path, stage: str):
+    """Send stdout and stderr to the job's log; a GrowlmError becomes one line (in the log and on
+    the terminal) and exit status 1, with no traceback."""
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", buffering=1) as fh:
+        try:
+            with contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+                yield
+        except GrowlmError as err:
+            msg = f"growlm {stage}: error: {err}"
+            print(msg, file=fh, flush=True)
+            print(msg, file=sys.__stderr__, flush=True)
+            sys.exit(1)

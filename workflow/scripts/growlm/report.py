@@ -1,0 +1,97 @@
+"""Figures and tables for the Snakemake report (seaborn plots, HTML tables)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+TABLE_STYLE = """<style>
+body { font-family: sans-serif; font-size: 13px; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #bbb; padding: 3px 8px; text-align: right; }
+th { background: #eee; }
+caption { caption-side: top; text-align: left; font-weight: bold; padding: 4px 0; }
+</style>"""
+
+
+def _html_page(title: str, body: str) -> str:
+    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>{TABLE_STYLE}</head><body>{body}</body></html>"
+
+
+def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.DataFrame:
+    rows = [json.loads(Path(f).read_text()) for f in stats_files]
+    df = pd.json_normalize(rows).sort_values("level")
+    df.to_csv(csv_file, index=False)
+    html = df.to_html(index=False, float_format=lambda v: f"{v:.2f}", table_id="corpus-stats")
+    Path(html_file).write_text(_html_page("Corpus statistics", f"<h3>Corpus statistics per reading level</h3>{html}"))
+    return df
+
+
+def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
+    """Validation loss against cumulative training FLOPs; M_1 starts at the small models' cost."""
+    curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    comp = pd.read_csv(comparison_csv)
+    large = curves[~curves["arm"].str.startswith("m_")].copy()
+    large["seed"] = large["seed"].astype(str)
+    groups = large.groupby(["d0", "L0", "d1", "L1", "n"], sort=True)
+    ncols = min(3, max(1, len(groups)))
+    nrows = (len(groups) + ncols - 1) // ncols
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.5 * nrows), squeeze=False)
+    for ax, ((d0, L0, d1, L1, n), g) in zip(axes.flat, groups):
+        g = g.drop_duplicates(subset=["arm", "seed", "step"])
+        sns.lineplot(data=g, x="total_flops", y="val_loss", hue="arm", style="seed", ax=ax, marker="o",
+                     markersize=3)
+        sub = comp[(comp.d0 == d0) & (comp.L0 == L0) & (comp.d1 == d1) & (comp.L1 == L1) & (comp.n == n)]
+        if len(sub):
+            ax.axhline(sub["m0_final_val_loss"].mean(), color="grey", ls="--", lw=1, label="M_0 final loss")
+            ax.axvline(sub["small_flops"].mean(), color="grey", ls=":", lw=1, label="cost of the n small models")
+        ax.set_xlabel("cumulative training FLOPs (M_1 includes the small models' cost)")
+        ax.set_ylabel("validation loss, level 1 (nats/token)")
+        ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+COMPARISON_COLUMNS = {
+    "method": "method", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "seed": "seed",
+    "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
+    "m1_step0_val_loss": "M'_1 val loss at step 0",
+    "m0_test_ppl": "M_0 test ppl", "m1_test_ppl": "M_1 test ppl",
+    "m0_test_acc": "M_0 test acc", "m1_test_acc": "M_1 test acc",
+    "unigram_test_loss": "unigram test loss",
+    "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
+    "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
+    "cost_ratio": "cost ratio (small counted)", "cost_ratio_small_free": "cost ratio (small models free)",
+    "wall_ratio": "wall ratio (small counted)", "loss_gap_equal_flops": "loss gap at equal total FLOPs",
+}
+
+
+def comparison_html(comparison_csv, out_html) -> None:
+    df = pd.read_csv(comparison_csv)
+    cols = [c for c in COMPARISON_COLUMNS if c in df.columns]
+    view = df[cols].rename(columns=COMPARISON_COLUMNS)
+
+    def fmt(v):
+        if isinstance(v, float):
+            if v != v:
+                return "not reached"
+            return f"{v:.3e}" if abs(v) >= 1e5 else f"{v:.4f}"
+        return str(v)
+
+    html = view.to_html(index=False, formatters={c: fmt for c in view.columns}, table_id="comparison")
+    note = ("<p>Cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 first "
+            "reaches M_0's final validation loss) / M_0's total FLOPs. Below 1: growing was cheaper. "
+            "'not reached': M_1 never reached M_0's final loss within the budget.</p>")
+    Path(out_html).write_text(_html_page("M_0 vs M_1", f"<h3>Comparison: M_0 (scratch) vs M_1 (grown)</h3>{note}{html}"))

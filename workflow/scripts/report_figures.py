@@ -1,0 +1,8 @@
+"""Entry script of rule report_figures."""
+from growlm.jobs import job_log
+from growlm.report import comparison_html, loss_vs_flops_plot
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+with job_log(sm.log[0], "report_figures"):
+    loss_vs_flops_plot(sm.input.curves, sm.input.comparison, sm.output.loss)
+    comparison_html(sm.input.comparison, sm.output.table)
