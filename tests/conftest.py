@@ -47,7 +47,7 @@ def job_counts(dry_run_stdout: str) -> dict[str, int]:
             if len(parts) == 2 and parts[1].isdigit():
                 if parts[0] != "total":
                     counts[parts[0]] = int(parts[1])
-            elif parts and not set(line.strip()) <= {"-"}:
+            elif parts and not set(line.strip()) <= {"-", " "}:
                 break
     return counts
 

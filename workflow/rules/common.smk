@@ -105,4 +105,4 @@ def train_resources(attempt):
 
 
 def eval_targets():
-    return [d.replace("results/models/", "results/eval/", 1) + "/metrics.json" for d in model_dirs()]
+    return [f"{d}/metrics.json".replace("results/models/", "results/eval/", 1) for d in model_dirs()]

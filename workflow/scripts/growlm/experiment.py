@@ -30,8 +30,15 @@ def method_id(method) -> str:
 
 
 def normalise_sweep(config: dict) -> dict:
-    """Sweep keys as lists (a command-line `--config n=3` gives a scalar)."""
+    """Sweep keys as lists (a command-line `--config d0=32` gives a scalar).
+
+    `n_members`, where given, replaces `n`: Snakemake 8.17+ rejects one-letter keys on the command
+    line (`--config n=3` fails, snakemake issue #3015), so `--config n_members=3` is the way to
+    sweep n from the command line.
+    """
     sweep = {k: _as_list(config[k]) for k in SWEEP_KEYS}
+    if config.get("n_members") is not None:
+        sweep["n"] = _as_list(config["n_members"])
     if isinstance(config["methods"], list) and config["methods"] and all(
         isinstance(m, str) for m in config["methods"]
     ):

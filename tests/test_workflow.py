@@ -1,0 +1,105 @@
+"""The Snakemake workflow: dry runs, sweeps that rerun only what changed, bad config, lint, a real run."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY, job_counts, run_snakemake
+
+
+def test_default_config_dry_run(workflow_dir):
+    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules").stdout
+    counts = job_counts(out)
+    assert counts["train_small"] == 2  # n = 2 members
+    assert counts["train_baseline"] == 1
+    assert counts["grow"] == counts["refine"] == 1
+    assert counts["clean_level"] == 2  # levels 0 and 1
+    assert counts["fit_tokenizer"] == 1
+    assert counts["evaluate_model"] == 4  # 2 members, M_0, M_1
+
+
+def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir):
+    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules",
+                        "--config", "n_members=[2,3]", "d0=[32,64]").stdout
+    counts = job_counts(out)
+    assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
+    assert counts["grow"] == counts["refine"] == 4
+    assert counts["train_baseline"] == 1
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["dd0=64"], "dd0"),
+        (["d0=0"], "d0"),
+        (["d0=128", "d1=64"], "d1=64 is smaller than d0=128"),
+        (["methods=[no_such_method]"], "no_such_method"),
+        (["L0=8"], "L1=4 is smaller than L0=8"),
+    ],
+)
+def test_bad_config_is_named(workflow_dir, override, message):
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--config", *override, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert message in text, text[-3000:]
+    assert "Traceback (most recent call last)" not in text
+
+
+def test_missing_source_file_is_named(workflow_dir):
+    (workflow_dir / "resources").unlink()
+    (workflow_dir / "resources").mkdir()
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "resources/corpus/pg" in proc.stdout + proc.stderr
+
+
+def test_lint_is_clean(workflow_dir):
+    proc = run_snakemake(workflow_dir, "--lint", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_tiny_run_makes_the_report(tiny_run):
+    comparison = list(csv.DictReader(open(tiny_run / "results/eval/comparison.csv")))
+    assert len(comparison) == 1
+    row = comparison[0]
+    assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
+    assert float(row["small_flops"]) > 0 and float(row["m0_flops"]) > 0
+    report = (tiny_run / "results/report.html").read_text(errors="replace")
+    assert "comparison.html" in report and "loss_vs_flops.svg" in report
+    for path in ["results/report/comparison.html", "results/report/loss_vs_flops.svg",
+                 "results/report/corpus_stats.html"]:
+        assert (tiny_run / path).stat().st_size > 500
+
+
+@pytest.mark.slow
+def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
+    out = run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
+                        "--config", "n_members=[2,3]").stdout
+    counts = job_counts(out)
+    assert counts.get("train_small") == 1  # only m3
+    assert "train_baseline" not in counts and "fit_tokenizer" not in counts and "clean_level" not in counts
+    assert counts.get("grow") == 1 and counts.get("refine") == 1
+    assert counts.get("evaluate_model") == 2  # m3 and the new M_1
+    assert counts.get("compare") == 1 and counts.get("report_figures") == 1
+
+
+@pytest.mark.slow
+def test_grown_model_preserves_the_member_before_training(tiny_run):
+    """M'_1's validation loss at step 0 (ledger) equals member m_1's loss on the same data."""
+    import torch
+
+    from growlm.growth import load_grown
+    from growlm.model import load_model
+
+    member = load_model(tiny_run / "results/models/small/d16_L1/s0/m1")
+    grown_dir = next((tiny_run / "results/models/grown").glob("*/*/n2/s0"))
+    grown = load_grown(grown_dir)
+    x = torch.randint(0, member.config.vocab_size, (2, 32))
+    with torch.no_grad():
+        diff = (grown(input_ids=x).logits - member(input_ids=x).logits).abs().max().item()
+    assert diff < 1e-4
