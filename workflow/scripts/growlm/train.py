@@ -56,6 +56,8 @@ class TrainConfig:
     dense_log_steps: int = 0
     seed: int = 0
     device: str = "cpu"
+    micro_batch_size: int | None = None  # gradient accumulation: the global batch stays batch_size
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
     extra: dict = field(default_factory=dict)
 
     @property
@@ -68,6 +70,22 @@ class TrainConfig:
                               f"({self.batch_size} x {self.context})")
         if self.lr <= 0:
             raise GrowlmError(f"learning rate must be positive, got {self.lr}")
+        world = _world()[1]
+        if self.batch_size % world:
+            raise GrowlmError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+        mb = self.micro_batch_size or self.batch_size // world
+        if (self.batch_size // world) % mb:
+            raise GrowlmError(f"micro_batch_size {mb} does not divide the per-process batch "
+                              f"{self.batch_size // world}")
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) under torch.distributed (torchrun), else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -168,9 +186,15 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     """
     cfg.validate()
     device = cfg.device
+    rank, world = _world()
     model.to(device)
     model.train()
-    config = getattr(model, "config")
+    core = getattr(model, "module", model)  # unwrap DDP
+    config = core.config
+    if cfg.gradient_checkpointing and hasattr(core, "gradient_checkpointing_enable"):
+        core.gradient_checkpointing_enable()
+    local_batch = cfg.batch_size // world
+    micro = cfg.micro_batch_size or local_batch
     flops_per_token = model_train_flops_per_token(config, cfg.context)
     tokens_per_step = cfg.batch_size * cfg.context
     sampler = BatchSampler(train_tokens, batch_size=cfg.batch_size, context=cfg.context, seed=cfg.seed)
@@ -217,17 +241,25 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with phase("data"):
-                x, y = sampler.batch(step)
+                x, y = sampler.batch(step)  # the global batch; this process takes its rows
+                x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                loss, _ = lm_loss(model, x, y)
-            loss_value = loss.item()
+            loss_value = 0.0
+            for i in range(0, local_batch, micro):
+                with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                    loss, _ = lm_loss(model, x[i:i + micro], y[i:i + micro])
+                    loss = loss * (micro / local_batch)
+                with phase("backward"):
+                    loss.backward()
+                loss_value += loss.item()
+            if world > 1:
+                t = torch.tensor([loss_value], device=device)
+                torch.distributed.all_reduce(t)
+                loss_value = t.item() / world
             if not math.isfinite(loss_value):
                 _write_ledger(ledger_path, rows)
                 raise GrowlmError(f"loss is {loss_value} at step {step + 1}; training stopped. "
                                   f"The last good checkpoint is kept in {ckpt_dir}")
-            with phase("backward"):
-                loss.backward()
             with phase("optimizer"):
                 if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
