@@ -16,10 +16,11 @@ def test_default_config_dry_run(workflow_dir):
     counts = job_counts(out)
     assert counts["train_small"] == 2  # n = 2 members
     assert counts["train_baseline"] == 1
-    assert counts["grow"] == counts["refine"] == 1
+    assert counts["grow"] == counts["refine"] == 2  # the method and its single-member control
     assert counts["clean_level"] == 2  # levels 0 and 1
     assert counts["fit_tokenizer"] == 1
-    assert counts["evaluate_model"] == 4  # 2 members, M_0, M_1
+    assert counts["evaluate_model"] == 5  # 2 members, M_0, M_1, the control's M_1
+    assert counts["evaluate_ensemble"] == 1
 
 
 def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir):
@@ -27,7 +28,7 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
                         "--config", "n_members=[2,3]", "d0=[32,64]").stdout
     counts = job_counts(out)
     assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
-    assert counts["grow"] == counts["refine"] == 4
+    assert counts["grow"] == counts["refine"] == 2 * 2 * 2  # (d0, n) x (method, control)
     assert counts["train_baseline"] == 1
 
 
@@ -65,8 +66,9 @@ def test_lint_is_clean(workflow_dir):
 @pytest.mark.slow
 def test_tiny_run_makes_the_report(tiny_run):
     comparison = list(csv.DictReader(open(tiny_run / "results/eval/comparison.csv")))
-    assert len(comparison) == 1
+    assert len(comparison) == 2  # the method and its single-member control
     row = comparison[0]
+    assert float(row["ensemble_test_loss"]) > 0
     assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
     assert float(row["small_flops"]) > 0 and float(row["m0_flops"]) > 0
     report = (tiny_run / "results/report.html").read_text(errors="replace")
@@ -83,8 +85,9 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
     counts = job_counts(out)
     assert counts.get("train_small") == 1  # only m3
     assert "train_baseline" not in counts and "fit_tokenizer" not in counts and "clean_level" not in counts
-    assert counts.get("grow") == 1 and counts.get("refine") == 1
-    assert counts.get("evaluate_model") == 2  # m3 and the new M_1
+    assert counts.get("grow") == 2 and counts.get("refine") == 2  # the method and its control at n=3
+    assert counts.get("evaluate_model") == 3  # m3 and the two new M_1
+    assert counts.get("evaluate_ensemble") == 1
     assert counts.get("compare") == 1 and counts.get("report_figures") == 1
 
 

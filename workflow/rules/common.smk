@@ -2,6 +2,7 @@
 # No rules here.
 
 import itertools
+import re
 import sys
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from growlm.experiment import (  # noqa: E402
+    SINGLE_MEMBER,
     check_experiment,
+    is_single_member_control,
     method_id,
     normalise_sweep,
 )
@@ -27,6 +30,8 @@ LEVELS = sorted({int(s["level"]) for s in config["corpus"]["sources"]})
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
+if config["controls"]["single_member"]:
+    METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS]
 
 
 wildcard_constraints:
@@ -40,7 +45,7 @@ wildcard_constraints:
     level=r"\d+",
     split="train|val|test",
     source="|".join(SOURCES),
-    method="|".join(METHOD_IDS),
+    method="|".join(re.escape(m) for m in METHOD_IDS),
 
 
 def combos():
@@ -54,6 +59,15 @@ SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
 BASELINE = "results/models/baseline/d{d1}_L{L1}/s{seed}"
 GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
 REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
+
+
+ENSEMBLE = "results/eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json"
+
+
+def ensemble_targets():
+    if not config["controls"]["ensemble"]:
+        return []
+    return sorted({ENSEMBLE.format(**c) for c in combos()})
 
 
 def model_dirs():
@@ -72,9 +86,10 @@ def grown_dirs():
 
 
 def member_dirs(wildcards):
-    """The n small members a grow job combines."""
+    """The n small members a grow job combines (m_1 n times for the single-member control)."""
+    single = is_single_member_control(getattr(wildcards, "method", ""))
     return [
-        SMALL.format(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed, member=i)
+        SMALL.format(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed, member=1 if single else i)
         for i in range(1, int(wildcards.n) + 1)
     ]
 

@@ -25,11 +25,34 @@ rule evaluate_model:
         "../scripts/evaluate_model.py"
 
 
+rule evaluate_ensemble:
+    input:
+        models=lambda wc: [f"{d}/model.safetensors" for d in member_dirs(wc)],
+        tests=expand("results/tokens/level{level}/test.npy", level=LEVELS),
+    output:
+        ENSEMBLE,
+    params:
+        members=member_dirs,
+        levels=LEVELS,
+        context=config["model"]["context"],
+        max_tokens=config["evaluate"]["test_tokens"],
+    threads: 1
+    log:
+        "results/logs/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.log",
+    benchmark:
+        "results/benchmarks/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/evaluate_ensemble.py"
+
+
 rule compare:
     input:
         metrics=eval_targets(),
         ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
+        ensembles=ensemble_targets(),
         unigram="results/tokens/level1/train.npy",
         unigram_test="results/tokens/level1/test.npy",
     output:
@@ -37,7 +60,13 @@ rule compare:
         curves="results/eval/curves.csv",
     params:
         combos=combos(),
-        paths={"small": SMALL, "baseline": BASELINE, "grown": GROWN, "refined": REFINED},
+        paths={
+            "small": SMALL,
+            "baseline": BASELINE,
+            "grown": GROWN,
+            "refined": REFINED,
+            "ensemble": ENSEMBLE if config["controls"]["ensemble"] else None,
+        },
         vocab_size=config["tokenizer"]["vocab_size"],
     log:
         "results/logs/compare.log",

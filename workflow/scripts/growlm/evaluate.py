@@ -110,6 +110,12 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
         "m1_peak_mem_mb": float(m1["peak_mem_mb"].max()),
         "reached": not math.isnan(reach_flops),
     }
+    if paths.get("ensemble"):
+        ens = Path(paths["ensemble"].format(**combo))
+        row["ensemble_test_loss"] = float(_metrics(ens).get("loss", math.nan))
+    from growlm.experiment import is_single_member_control
+
+    row["arm"] = "control: m_1 only" if is_single_member_control(combo["method"]) else "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed")}
     c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, **keys)
     c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, **keys)

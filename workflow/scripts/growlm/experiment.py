@@ -17,11 +17,19 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
+
+
 def method_chain(method) -> list[str]:
-    """A config method (a name, a list of names, or an id 'a+b') as a list of operator names."""
+    """A config method (a name, a list of names, or an id 'a+b', maybe with the control suffix)
+    as a list of operator names."""
     if isinstance(method, str):
-        return method.split("+")
+        return method.removesuffix(SINGLE_MEMBER).split("+")
     return [str(m) for m in method]
+
+
+def is_single_member_control(method_id_: str) -> bool:
+    return method_id_.endswith(SINGLE_MEMBER)
 
 
 def method_id(method) -> str:

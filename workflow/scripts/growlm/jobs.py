@@ -129,7 +129,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     flops = int(getattr(grown, "growlm_growth_flops", 0))
     save_grown(grown, out_dir)
     member_cost = []
-    for d in member_dirs:
+    for d in dict.fromkeys(str(d) for d in member_dirs):  # m_1 fed n times (control) costs once
         meta = json.loads((Path(d) / "growlm.json").read_text())
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
     (Path(out_dir) / "growth.json").write_text(json.dumps(
@@ -153,13 +153,28 @@ def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenize
 
 def evaluate_model(*, model_dir, test_files: dict[int, str], context: int, max_tokens: int, out_file) -> dict:
     """Held-out loss, perplexity and next-token accuracy on each level's test split."""
-    from growlm.data import load_tokens
     from growlm.model import load_model
+
+    return _evaluate(load_model(model_dir), str(model_dir), test_files, context, max_tokens, out_file)
+
+
+def evaluate_ensemble(*, member_dirs: list[str], test_files: dict[int, str], context: int, max_tokens: int,
+                      out_file) -> dict:
+    """The same metrics for the untrained logit-average ensemble of the members."""
+    from growlm.model import LogitEnsemble, load_model
+
+    ensemble = LogitEnsemble([load_model(d) for d in member_dirs])
+    return _evaluate(ensemble, f"ensemble of {len(member_dirs)}", test_files, context, max_tokens, out_file)
+
+
+def _evaluate(model, name: str, test_files, context, max_tokens, out_file) -> dict:
+    from growlm.data import load_tokens
     from growlm.train import evaluate
 
     device = choose_device()
-    model = load_model(model_dir).to(device)
-    result = {"model": str(model_dir), "levels": {}}
+    model = model.to(device)
+    model_dir = name
+    result = {"model": name, "levels": {}}
     for level, f in sorted(test_files.items()):
         result["levels"][str(level)] = evaluate(model, load_tokens(f), context=context, batch_size=16,
                                                 max_tokens=max_tokens, device=device)

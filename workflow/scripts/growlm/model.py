@@ -102,3 +102,18 @@ def load_model(model_dir: str | Path) -> GPT2LMHeadModel:
     except Exception as err:  # corrupt safetensors, mismatched config
         raise GrowlmError(f"cannot load the model at {model_dir}: {err}") from err
     return model
+
+
+class LogitEnsemble(torch.nn.Module):
+    """The untrained control: the average of the members' logits (a product of experts)."""
+
+    def __init__(self, members: list[torch.nn.Module]):
+        super().__init__()
+        self.members = torch.nn.ModuleList(members)
+        self.config = members[0].config
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        from transformers.modeling_outputs import CausalLMOutput
+
+        logits = torch.stack([m(input_ids=input_ids).logits for m in self.members]).mean(0)
+        return CausalLMOutput(logits=logits)

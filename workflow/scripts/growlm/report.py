@@ -65,12 +65,13 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
 
 
 COMPARISON_COLUMNS = {
-    "method": "method", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "seed": "seed",
+    "method": "method", "arm": "arm", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "seed": "seed",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
     "m1_step0_val_loss": "M'_1 val loss at step 0",
     "m0_test_ppl": "M_0 test ppl", "m1_test_ppl": "M_1 test ppl",
     "m0_test_acc": "M_0 test acc", "m1_test_acc": "M_1 test acc",
     "unigram_test_loss": "unigram test loss",
+    "ensemble_test_loss": "members' ensemble test loss (untrained)",
     "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
     "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
     "cost_ratio": "cost ratio (small counted)", "cost_ratio_small_free": "cost ratio (small models free)",
