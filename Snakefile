@@ -28,4 +28,5 @@ rule all:
         "results/eval/comparison.csv",
         "results/report/loss_vs_flops.svg",
         "results/report/comparison.html",
+        "results/report/cost_ratio.svg",
         "results/report/corpus_stats.html",

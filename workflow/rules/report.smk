@@ -31,6 +31,11 @@ rule report_figures:
             caption="../report/loss_vs_flops.rst",
             category="2. Training",
         ),
+        ratio=report(
+            "results/report/cost_ratio.svg",
+            caption="../report/cost_ratio.rst",
+            category="3. Comparison",
+        ),
         table=report(
             "results/report/comparison.html",
             caption="../report/comparison.rst",

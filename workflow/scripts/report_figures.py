@@ -1,8 +1,9 @@
 """Entry script of rule report_figures."""
 from growlm.jobs import job_log
-from growlm.report import comparison_html, loss_vs_flops_plot
+from growlm.report import comparison_html, cost_ratio_plot, loss_vs_flops_plot
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], "report_figures"):
     loss_vs_flops_plot(sm.input.curves, sm.input.comparison, sm.output.loss)
+    cost_ratio_plot(sm.input.comparison, sm.output.ratio)
     comparison_html(sm.input.comparison, sm.output.table)

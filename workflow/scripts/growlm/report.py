@@ -96,3 +96,31 @@ def comparison_html(comparison_csv, out_html) -> None:
             "reaches M_0's final validation loss) / M_0's total FLOPs. Below 1: growing was cheaper. "
             "'not reached': M_1 never reached M_0's final loss within the budget.</p>")
     Path(out_html).write_text(_html_page("M_0 vs M_1", f"<h3>Comparison: M_0 (scratch) vs M_1 (grown)</h3>{note}{html}"))
+
+
+def cost_ratio_plot(comparison_csv, out_svg) -> None:
+    """Bar chart: cost ratio per method (mean over seeds, bars = spread), small models counted vs free."""
+    df = pd.read_csv(comparison_csv)
+    long = df.melt(id_vars=["method", "seed", "d0", "d1", "n"], value_vars=["cost_ratio", "cost_ratio_small_free"],
+                   var_name="accounting", value_name="ratio")
+    long["accounting"] = long["accounting"].map({"cost_ratio": "small models counted",
+                                                 "cost_ratio_small_free": "small models free"})
+    long["setting"] = "d0=" + long["d0"].astype(str) + " d1=" + long["d1"].astype(str) + " n=" + long["n"].astype(str)
+    reached = long.dropna(subset=["ratio"])
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * long["method"].nunique() + 3), 4.5))
+    if len(reached):
+        sns.barplot(data=reached, x="method", y="ratio", hue="accounting", errorbar="sd", capsize=0.1, ax=ax)
+        sns.stripplot(data=reached, x="method", y="ratio", hue="accounting", dodge=True, color="black", size=3,
+                      ax=ax, legend=False)
+    missing = sorted(set(long["method"]) - set(reached["method"]))
+    ax.axhline(1.0, color="grey", ls="--", lw=1)
+    ax.set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    title = "Cost ratio per method (mean over seeds, bars: standard deviation; below 1: growth paid off)"
+    if missing:
+        title += f"\nnever reached M_0's loss: {', '.join(missing)}"
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)

@@ -1,0 +1,424 @@
+"""A throw-away single-node SLURM cluster on localhost, for integration tests.
+
+``start_cluster(workdir)`` installs ``slurm-wlm`` and ``munge`` from Debian if they are missing
+(root only), starts ``munged``, writes ``/etc/slurm/slurm.conf`` and ``gres.conf`` for this host
+(one node, all its cores, ~80 % of its memory, one fake GPU ``Gres=gpu:1`` backed by
+``File=/dev/null`` so ``--gpus=1`` jobs schedule and see ``CUDA_VISIBLE_DEVICES=0``), starts
+``slurmctld`` and ``slurmd`` and waits until the node is ``idle``. ``stop_cluster(info)`` cancels
+the jobs of a cluster it started and kills exactly the daemons that ``start_cluster`` started (by
+pid); daemons that were already running are left alone, so both calls are idempotent.
+
+Anything that makes a cluster impossible (not root, apt fails, a foreign slurm.conf, a daemon
+that will not start) raises ``ClusterUnavailable`` with the reason, for ``pytest.skip(reason)``.
+
+Two partitions: ``debug`` (default, PriorityTier 1) and ``urgent`` (PriorityTier 2, for tests
+only). ``PreemptType=preempt/partition_prio`` + ``PreemptMode=REQUEUE``: a job in ``urgent``
+preempts a ``debug`` job, which gets SIGTERM, ``GraceTime`` seconds, SIGKILL, and is requeued --
+what a preemptible partition on a real site does. ``MinJobAge=600`` keeps finished jobs visible
+to ``squeue`` (the Snakemake plugin's status command here: there is no slurmdbd, so no sacct).
+
+Set ``GROWLM_SLURM_INSTALL=0`` to forbid the apt-get install (the tests then skip if SLURM is
+missing). ``run_snakemake_on_cluster()`` runs a workflow through ``profiles/slurm-local``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_LOCAL_PROFILE = REPO / "profiles" / "slurm-local"
+
+CONF_DIR = Path("/etc/slurm")
+SLURM_CONF = CONF_DIR / "slurm.conf"
+GRES_CONF = CONF_DIR / "gres.conf"
+MARKER = "# written by growlm tests/slurm_cluster.py"
+LOG_DIR = Path("/var/log/slurm")
+STATE_DIR = Path("/var/lib/slurm")
+CTLD_PID = Path("/run/slurmctld.pid")
+SLURMD_PID = Path("/run/slurmd.pid")
+MUNGE_RUN = Path("/run/munge")
+MUNGE_PID = MUNGE_RUN / "munged.pid"
+
+PARTITION = "debug"
+URGENT_PARTITION = "urgent"
+GRACE_TIME_S = 10  # preemption grace: SIGTERM, then this many seconds, then SIGKILL
+
+
+class ClusterUnavailable(RuntimeError):
+    """No local SLURM cluster can be had here; the message says why."""
+
+
+@dataclass
+class ClusterInfo:
+    host: str
+    partition: str = PARTITION
+    urgent_partition: str = URGENT_PARTITION
+    cpus: int = 1
+    mem_mb: int = 0
+    conf: Path = SLURM_CONF
+    log_dir: Path = LOG_DIR
+    started: dict[str, int] = field(default_factory=dict)  # daemon name -> pid we started
+    installed: bool = False  # apt-get install ran in this call
+    setup_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ctld_log(self) -> Path:
+        return self.log_dir / "slurmctld.log"
+
+    @property
+    def slurmd_log(self) -> Path:
+        return self.log_dir / "slurmd.log"
+
+
+def _run(cmd, timeout=60, check=False, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd,
+        shell=isinstance(cmd, str),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+        **kw,
+    )
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return f"(no {path})"
+
+
+def _have_binaries() -> bool:
+    return all(
+        shutil.which(b) or Path("/usr/sbin", b).exists()
+        for b in ("sbatch", "squeue", "sinfo", "scontrol", "slurmctld", "slurmd", "munged")
+    )
+
+
+def _install() -> None:
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("SLURM is not installed and we are not root (cannot apt-get install)")
+    if os.environ.get("GROWLM_SLURM_INSTALL", "1") == "0":
+        raise ClusterUnavailable("SLURM is not installed and GROWLM_SLURM_INSTALL=0 forbids installing it")
+    if not shutil.which("apt-get"):
+        raise ClusterUnavailable("SLURM is not installed and there is no apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
+    try:
+        p = _run(install, timeout=600, env=env)
+        if p.returncode != 0:
+            _run(["apt-get", "update"], timeout=300, env=env)
+            p = _run(install, timeout=600, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise ClusterUnavailable(f"apt-get timed out: {e}") from e
+    if p.returncode != 0:
+        raise ClusterUnavailable(f"apt-get install slurm-wlm munge failed:\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+    if not _have_binaries():
+        raise ClusterUnavailable("apt-get install succeeded but SLURM binaries are still missing")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is not alive
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _daemon_pid(pidfile: Path, name: str) -> int | None:
+    """Pid of a running daemon `name` from its pidfile (None if not running)."""
+    pid = _read_pid(pidfile)
+    return pid if pid is not None and _proc_name(pid) == name else None
+
+
+def _munge_ok() -> bool:
+    try:
+        p = _run("munge -n | unmunge", timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return p.returncode == 0 and "Success" in p.stdout
+
+
+def _wait(pred, timeout: float, step: float = 0.2) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def _start_munge(info: ClusterInfo) -> None:
+    if _munge_ok():
+        return
+    if not Path("/etc/munge/munge.key").exists():
+        raise ClusterUnavailable("/etc/munge/munge.key is missing (munge package broken?)")
+    MUNGE_RUN.mkdir(parents=True, exist_ok=True)
+    shutil.chown(MUNGE_RUN, "munge", "munge")
+    p = _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], timeout=20)
+    if p.returncode != 0:
+        raise ClusterUnavailable(f"munged did not start: {p.stdout}{p.stderr}")
+    if not _wait(_munge_ok, 10):
+        raise ClusterUnavailable("munged started but `munge -n | unmunge` fails")
+    pid = _daemon_pid(MUNGE_PID, "munged")
+    if pid:
+        info.started["munged"] = pid
+
+
+def _mem_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    return 1024
+
+
+def slurm_conf_text(host: str, cpus: int, mem_mb: int) -> str:
+    return f"""{MARKER}
+# One node on 127.0.0.1 for integration tests; overwritten at each start.
+ClusterName=localtest
+SlurmctldHost={host}(127.0.0.1)
+AuthType=auth/munge
+SlurmUser=slurm
+StateSaveLocation={STATE_DIR}/slurmctld
+SlurmdSpoolDir={STATE_DIR}/slurmd
+SlurmctldPidFile={CTLD_PID}
+SlurmdPidFile={SLURMD_PID}
+SlurmctldLogFile={LOG_DIR}/slurmctld.log
+SlurmdLogFile={LOG_DIR}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+# squeue must still see finished jobs when the plugin polls (it backs off up to 180 s)
+MinJobAge=600
+# seconds between SIGTERM and SIGKILL on scancel / time limit
+KillWait=10
+MpiDefault=none
+GresTypes=gpu
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} Gres=gpu:1 State=UNKNOWN
+PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime={GRACE_TIME_S}
+PartitionName={URGENT_PARTITION} Nodes={host} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+"""
+
+
+def _write_conf(info: ClusterInfo) -> None:
+    if SLURM_CONF.exists() and MARKER not in SLURM_CONF.read_text(errors="replace"):
+        raise ClusterUnavailable(f"{SLURM_CONF} exists and was not written by this helper; not touching it")
+    CONF_DIR.mkdir(parents=True, exist_ok=True)
+    SLURM_CONF.write_text(slurm_conf_text(info.host, info.cpus, info.mem_mb))
+    GRES_CONF.write_text(f"{MARKER}\n# fake GPU: a File= is needed or slurmd reports 0 GPUs and the node drains\n"
+                         f"NodeName={info.host} Name=gpu File=/dev/null\n")
+    for d in (STATE_DIR / "slurmctld", STATE_DIR / "slurmd", LOG_DIR):
+        d.mkdir(parents=True, exist_ok=True)
+    shutil.chown(STATE_DIR / "slurmctld", "slurm", "slurm")
+    shutil.chown(LOG_DIR, "slurm", "slurm")
+
+
+def _node_state(host: str) -> str:
+    try:
+        p = _run(["sinfo", "-h", "-N", "-n", host, "-o", "%T"], timeout=10)
+    except subprocess.TimeoutExpired:
+        return ""
+    return p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else ""
+
+
+def _ctld_responds() -> bool:
+    try:
+        return _run(["scontrol", "ping"], timeout=10).stdout.count("UP") > 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _cluster_ready(host: str) -> bool:
+    """Our config is in place and the node is usable (idle, mixed or allocated)."""
+    if not (SLURM_CONF.exists() and MARKER in SLURM_CONF.read_text(errors="replace")):
+        return False
+    state = _node_state(host).lower().rstrip("*~#$@^-+")
+    return state in {"idle", "mixed", "allocated", "completing"}
+
+
+def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
+    """Start (or find) the localhost cluster; raise ClusterUnavailable with the reason if impossible.
+
+    `workdir` receives `cluster-setup.log` (what was done and how long it took)."""
+    t0 = time.monotonic()
+    info = ClusterInfo(host=socket.gethostname().split(".")[0], cpus=os.cpu_count() or 1)
+    info.mem_mb = max(256, int(_mem_mb() * 0.8))
+    if sys.platform != "linux":
+        raise ClusterUnavailable("the local SLURM cluster needs Linux")
+    if not _have_binaries():
+        _install()
+        info.installed = True
+        info.notes.append("installed slurm-wlm and munge with apt-get")
+
+    if _cluster_ready(info.host) and _munge_ok():
+        info.notes.append("cluster already up; nothing started")
+        return _finish(info, workdir, t0)
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("no running local SLURM cluster and not root (cannot start the daemons)")
+
+    try:
+        _start_munge(info)
+        ctld = _daemon_pid(CTLD_PID, "slurmctld")
+        slurmd = _daemon_pid(SLURMD_PID, "slurmd")
+        if ctld is None or slurmd is None:
+            # (re)write the config only while at least one daemon is down; a running pair keeps it
+            _write_conf(info)
+        if ctld is None:
+            # -c: clear saved state (jobs, node states) from a previous test session
+            p = _run(["/usr/sbin/slurmctld", "-c"], timeout=30)
+            if p.returncode != 0:
+                raise ClusterUnavailable(f"slurmctld did not start: {p.stderr.strip()}\n{_tail(info.ctld_log)}")
+            if not _wait(lambda: _daemon_pid(CTLD_PID, "slurmctld") is not None, 10):
+                raise ClusterUnavailable(f"slurmctld exited at start:\n{_tail(info.ctld_log)}")
+            info.started["slurmctld"] = _daemon_pid(CTLD_PID, "slurmctld")
+        if not _wait(_ctld_responds, 20):
+            raise ClusterUnavailable(f"slurmctld does not answer `scontrol ping`:\n{_tail(info.ctld_log)}")
+        if slurmd is None:
+            p = _run(["/usr/sbin/slurmd"], timeout=30)
+            if p.returncode != 0:
+                raise ClusterUnavailable(f"slurmd did not start: {p.stderr.strip()}\n{_tail(info.slurmd_log)}")
+            if not _wait(lambda: _daemon_pid(SLURMD_PID, "slurmd") is not None, 10):
+                raise ClusterUnavailable(f"slurmd exited at start:\n{_tail(info.slurmd_log)}")
+            info.started["slurmd"] = _daemon_pid(SLURMD_PID, "slurmd")
+
+        end = time.monotonic() + 40
+        resumed = False
+        while not _cluster_ready(info.host):
+            state = _node_state(info.host).lower()
+            if not resumed and any(s in state for s in ("drain", "down", "fail")):
+                _run(["scontrol", "update", f"nodename={info.host}", "state=resume"], timeout=10)
+                info.notes.append(f"node was {state!r}; resumed it")
+                resumed = True
+            if time.monotonic() > end:
+                reason = _run(["sinfo", "-R"], timeout=10).stdout
+                raise ClusterUnavailable(
+                    f"node {info.host} not idle after 40 s (state {state!r}):\n{reason}\n{_tail(info.slurmd_log)}"
+                )
+            time.sleep(0.3)
+    except ClusterUnavailable:
+        stop_cluster(info)
+        raise
+    except (OSError, subprocess.SubprocessError, KeyError, LookupError) as e:
+        stop_cluster(info)
+        raise ClusterUnavailable(f"{type(e).__name__}: {e}") from e
+    return _finish(info, workdir, t0)
+
+
+def _finish(info: ClusterInfo, workdir, t0: float) -> ClusterInfo:
+    info.setup_s = time.monotonic() - t0
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        (Path(workdir) / "cluster-setup.log").write_text(
+            f"host={info.host} cpus={info.cpus} mem_mb={info.mem_mb} setup_s={info.setup_s:.1f}\n"
+            f"started={info.started}\n" + "\n".join(info.notes) + "\n"
+        )
+    return info
+
+
+def stop_cluster(info: ClusterInfo, timeout: float = 20) -> None:
+    """Kill the daemons that start_cluster started (and only those); cancel jobs first if the
+    controller is ours. Safe to call twice."""
+    if "slurmctld" in info.started:
+        try:
+            # the cluster is ours, so are its jobs; their slurmstepd processes go with them
+            _run(["scancel", "--full", "--quiet", f"--partition={info.partition},{info.urgent_partition}"], timeout=10)
+            _wait(lambda: not _run(["squeue", "-h", "-t", "running,completing"], timeout=10).stdout.strip(), 15, 0.5)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    for name in ("slurmd", "slurmctld", "munged"):
+        pid = info.started.get(name)
+        if pid is None or not _pid_alive(pid) or _proc_name(pid) != name:
+            info.started.pop(name, None)
+            continue
+        os.kill(pid, signal.SIGTERM)
+        if not _wait(lambda: not _pid_alive(pid), timeout):
+            os.kill(pid, signal.SIGKILL)
+            _wait(lambda: not _pid_alive(pid), 5)
+        info.started.pop(name, None)
+
+
+def snakemake_command(
+    workdir, snakefile, configfiles=(), extra_args=(), profile=SLURM_LOCAL_PROFILE
+) -> list[str]:
+    """`python -m snakemake --profile <profile> ...` for the venv running the tests."""
+    cmd = [sys.executable, "-m", "snakemake", "--profile", str(profile),
+           "--snakefile", str(snakefile), "--directory", str(workdir)]
+    if configfiles:
+        cmd += ["--configfiles", *map(str, configfiles)]
+    return cmd + [str(a) for a in extra_args]
+
+
+def run_snakemake_on_cluster(
+    workdir, snakefile, configfiles=(), extra_args=(), profile=SLURM_LOCAL_PROFILE, timeout=600
+) -> subprocess.CompletedProcess:
+    """Run a workflow through the SLURM profile (default `profiles/slurm-local`) and wait.
+
+    stdout and stderr are captured (text, merged into .stdout); add `--verbose` to `extra_args`
+    to see the sbatch lines. The SLURM logs stay under `<workdir>/.snakemake/slurm_logs/`."""
+    env = dict(os.environ)
+    # the venv's bin on PATH, so jobs that call `python` (and the jobstep's srun) find it
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return subprocess.run(
+        snakemake_command(workdir, snakefile, configfiles, extra_args, profile),
+        cwd=str(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=timeout, env=env,
+    )
+
+
+def popen_snakemake_on_cluster(
+    workdir, snakefile, configfiles=(), extra_args=(), profile=SLURM_LOCAL_PROFILE, log=None
+) -> subprocess.Popen:
+    """Like run_snakemake_on_cluster but returns at once (output to `log`, a path)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    out = open(log, "w") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        snakemake_command(workdir, snakefile, configfiles, extra_args, profile),
+        cwd=str(workdir), stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+
+
+if __name__ == "__main__":  # manual use: python tests/slurm_cluster.py start|stop-all
+    if len(sys.argv) > 1 and sys.argv[1] == "start":
+        i = start_cluster(".")
+        print(i)
+    else:
+        print(__doc__)

@@ -1,0 +1,52 @@
+"""The report as a person sees it: rendered by headless Chromium, screenshot taken, content checked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def chromium() -> str | None:
+    """Debian's chromium, installed here when missing and we are root (the test set-up)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
+                ["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if cmd[1] == "install" and proc.returncode == 0:
+            break
+    return shutil.which("chromium")
+
+
+def render(browser: str, html, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--proxy-server=127.0.0.1:9", "--virtual-time-budget=15000", "--window-size=1400,1000"]
+    return subprocess.run([*base, *args, f"file://{html}"], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
+    browser = chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed and cannot be installed here (needs root and apt-get)")
+    report = tiny_run / "results" / "report.html"
+    dom = render(browser, report, "--dump-dom").stdout
+    assert len(dom) > 10000, "the report page did not render"
+    for item in ("comparison.html", "loss_vs_flops.svg", "cost_ratio.svg", "corpus_stats.html"):
+        assert item in dom, f"{item} is not on the rendered report page"
+    for category in ("Corpus", "Training", "Comparison"):
+        assert category in dom
+    shot = tmp_path / "report.png"
+    render(browser, report, f"--screenshot={shot}")
+    assert shot.is_file() and shot.stat().st_size > 20000  # a blank page is a few kB
+    # the comparison table itself, as a browser draws it
+    table_dom = render(browser, tiny_run / "results/report/comparison.html", "--dump-dom").stdout
+    assert "cost ratio (small counted)" in table_dom and "M_0 final val loss" in table_dom
