@@ -13,8 +13,10 @@ that will not start) raises ``ClusterUnavailable`` with the reason, for ``pytest
 
 Two partitions: ``debug`` (default, PriorityTier 1) and ``urgent`` (PriorityTier 2, for tests
 only). ``PreemptType=preempt/partition_prio`` + ``PreemptMode=REQUEUE``: a job in ``urgent``
-preempts a ``debug`` job, which gets SIGTERM, ``GraceTime`` seconds, SIGKILL, and is requeued --
-what a preemptible partition on a real site does. ``MinJobAge=600`` keeps finished jobs visible
+preempts a ``debug`` job, which gets SIGCONT+SIGTERM, ``KillWait`` seconds, SIGKILL, and is
+requeued -- what a preemptible partition on a real site does. (Measured with SLURM 22.05: with a
+partition ``GraceTime`` > 0 a job whose process exits on SIGTERM within the grace time ends
+FAILED instead of being requeued; Snakemake's retry then resumes it. GraceTime is 0 here.) ``MinJobAge=600`` keeps finished jobs visible
 to ``squeue`` (the Snakemake plugin's status command here: there is no slurmdbd, so no sacct).
 
 Set ``GROWLM_SLURM_INSTALL=0`` to forbid the apt-get install (the tests then skip if SLURM is
@@ -49,7 +51,8 @@ MUNGE_PID = MUNGE_RUN / "munged.pid"
 
 PARTITION = "debug"
 URGENT_PARTITION = "urgent"
-GRACE_TIME_S = 10  # preemption grace: SIGTERM, then this many seconds, then SIGKILL
+# A requeued job waits `cred_expire` seconds before it may start again (default 120).
+REQUEUE_DELAY_S = 10
 
 
 class ClusterUnavailable(RuntimeError):
@@ -210,6 +213,8 @@ def slurm_conf_text(host: str, cpus: int, mem_mb: int) -> str:
 ClusterName=localtest
 SlurmctldHost={host}(127.0.0.1)
 AuthType=auth/munge
+# a requeued (preempted) job may start again after this many seconds (default 120)
+AuthInfo=cred_expire={REQUEUE_DELAY_S}
 SlurmUser=slurm
 StateSaveLocation={STATE_DIR}/slurmctld
 SlurmdSpoolDir={STATE_DIR}/slurmd
@@ -233,7 +238,7 @@ GresTypes=gpu
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} Gres=gpu:1 State=UNKNOWN
-PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime={GRACE_TIME_S}
+PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName={URGENT_PARTITION} Nodes={host} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 """
 

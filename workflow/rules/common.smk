@@ -14,11 +14,13 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 from growlm.experiment import (  # noqa: E402
     SINGLE_MEMBER,
     check_experiment,
+    coerce_command_line,
     is_single_member_control,
     method_id,
     normalise_sweep,
 )
 
+coerce_command_line(config)
 validate(config, schema="../schemas/config.schema.yaml")
 SWEEP = normalise_sweep(config)
 try:
@@ -41,6 +43,7 @@ wildcard_constraints:
     L1=r"\d+",
     n=r"\d+",
     seed=r"\d+",
+    budget=r"\d+",
     member=r"\d+",
     level=r"\d+",
     split="train|val|test",
@@ -50,15 +53,16 @@ wildcard_constraints:
 
 def combos():
     """Every (d0, L0, d1, L1, n, method, seed) of the sweep, as dicts of wildcard values."""
-    keys = ["d0", "L0", "d1", "L1", "n", "method", "seed"]
-    values = [SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"], METHOD_IDS, SWEEP["seeds"]]
+    keys = ["d0", "L0", "d1", "L1", "n", "method", "seed", "budget"]
+    values = [SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"], METHOD_IDS, SWEEP["seeds"],
+              SWEEP["budgets"]]
     return [dict(zip(keys, v)) for v in itertools.product(*values)]
 
 
 SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
-BASELINE = "results/models/baseline/d{d1}_L{L1}/s{seed}"
+BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}/s{seed}"
 GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
-REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
+REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}/s{seed}"
 
 
 ENSEMBLE = "results/eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json"

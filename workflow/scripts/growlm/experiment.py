@@ -37,6 +37,20 @@ def method_id(method) -> str:
     return "+".join(method_chain(method))
 
 
+INT_SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "n_members", "seeds", "budgets")
+
+
+def coerce_command_line(config: dict) -> None:
+    """Snakemake parses list items after `--config` as strings (`d0=[32,64]` gives ['32', '64']):
+    turn digit strings of the integer sweep keys into ints, in place, before validation."""
+    for key in INT_SWEEP_KEYS:
+        value = config.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            config[key] = int(value)
+        elif isinstance(value, list):
+            config[key] = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
+
+
 def normalise_sweep(config: dict) -> dict:
     """Sweep keys as lists (a command-line `--config d0=32` gives a scalar).
 
@@ -47,6 +61,7 @@ def normalise_sweep(config: dict) -> dict:
     sweep = {k: _as_list(config[k]) for k in SWEEP_KEYS}
     if config.get("n_members") is not None:
         sweep["n"] = _as_list(config["n_members"])
+    sweep["budgets"] = _as_list(config.get("budgets") or config["train"]["large"]["tokens"])
     if isinstance(config["methods"], list) and config["methods"] and all(
         isinstance(m, str) for m in config["methods"]
     ):
@@ -86,12 +101,16 @@ def check_experiment(config: dict, sweep: dict) -> None:
         raise ValueError(f"corpus.sources names must be unique; repeated: {', '.join(sorted(dupes))}")
 
 
-def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu") -> TrainConfig:
-    """The TrainConfig of a job of `stage` ('small', 'large' or 'refine')."""
+def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
+                 tokens: int | None = None) -> TrainConfig:
+    """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'); `tokens` is the budget of
+    a large job (the `budget` wildcard), else the stage's configured tokens."""
     t = config["train"]
     base = dict(t["large"] if stage in ("large", "refine") else t["small"])
     if stage == "refine":
-        base.update(t.get("refine") or {})
+        base.update({k: v for k, v in (t.get("refine") or {}).items() if k != "tokens"})
+    if tokens is not None:
+        base["tokens"] = tokens
     return TrainConfig(
         tokens=int(base["tokens"]),
         batch_size=int(base.get("batch_size", 16)),

@@ -96,7 +96,8 @@ def _train_and_save(model, cfg, *, train_file, val_file, out_dir, tokenizer_dir,
 
 
 def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, seed: int, init_seed: int,
-                       train_file, val_file, tokenizer_dir, out_dir, shard=None, role: str) -> dict:
+                       train_file, val_file, tokenizer_dir, out_dir, shard=None, role: str,
+                       tokens: int | None = None) -> dict:
     """A small member (stage 'small') or the baseline M_0 (stage 'large')."""
     from growlm.experiment import model_kwargs, train_config
     from growlm.model import build_model
@@ -104,7 +105,7 @@ def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, s
 
     vocab = len(load_tokenizer(tokenizer_dir))
     model = build_model(seed=init_seed, **model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab))
-    cfg = train_config(config, stage, seed=seed, device=choose_device())
+    cfg = train_config(config, stage, seed=seed, device=choose_device(), tokens=tokens)
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, shard=shard,
                            info={"role": role, "init_seed": init_seed, "data_seed": seed,
@@ -138,14 +139,15 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     _log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 
-def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir) -> dict:
+def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir,
+           tokens: int | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW, short re-warm-up)."""
     from growlm.experiment import train_config
     from growlm.growth import load_grown
 
     model = load_grown(grown_dir)
     growth = json.loads((Path(grown_dir) / "growth.json").read_text())
-    cfg = train_config(config, "refine", seed=seed, device=choose_device())
+    cfg = train_config(config, "refine", seed=seed, device=choose_device(), tokens=tokens)
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, info={"role": "refined", "growth": growth,
                                                               "data_seed": seed})
