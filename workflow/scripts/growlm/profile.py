@@ -394,11 +394,25 @@ def _cache_file() -> Path:
 def _cache_key(name: str, path: str) -> str:
     st = os.stat(path)
     raw = "|".join([name, os.path.realpath(path), str(st.st_mtime), socket.gethostname(),
-                    sys.executable, os.environ.get("CUDA_VISIBLE_DEVICES", "")])
+                    sys.executable, os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                    str(_cuda_available())])
     return hashlib.sha1(raw.encode()).hexdigest()
 
 
+def _qdstrm_importer_missing(path: str) -> bool:
+    """nsys copies shipped inside Nsight Compute lack the QdstrmImporter that turns the raw
+    .qdstrm into a .nsys-rep (and may hang): detect that without running anything."""
+    real = os.path.realpath(path)
+    if "nsight-compute" not in real:
+        return False
+    root = Path(real).parent.parent.parent  # <ncu>/<ver>/host/target-linux-x64/nsys -> <ncu>/<ver>
+    return not any(root.glob("**/QdstrmImporter*"))
+
+
 def _probe_nsys(path: str, cuda: bool, timeout: float) -> tuple[bool, str]:
+    if _qdstrm_importer_missing(path):
+        return False, ("nsys inside Nsight Compute has no QdstrmImporter: it writes a .qdstrm but "
+                       "no .nsys-rep; install Nsight Systems")
     with tempfile.TemporaryDirectory(prefix="growlm-nsys-probe-") as tmp:
         snippet = "import torch; torch.ones(8, device='cuda').sum().item()" if cuda else "pass"
         trace = "cuda,osrt" if cuda else "osrt"
@@ -435,11 +449,13 @@ def _probe_ncu(path: str, cuda: bool, timeout: float) -> tuple[bool, str]:
     return True, "ncu reads hardware counters"
 
 
-def detect_tools(*, probe: bool = True, refresh: bool = False, timeout: float = 120) -> dict:
+def detect_tools(*, probe: bool | str = True, refresh: bool = False, timeout: float = 60) -> dict:
     """Which profilers exist and work here. Never raises.
 
     Returns {"cuda": bool, "device": str, "nsys": {...}, "ncu": {...}, "torch": {...}} where each
     tool entry has path, candidates, version, found, works (None when not probed) and reason.
+    probe=True probes both tools, probe="nsys"/"ncu" only that one, False none. A probe that runs
+    past `timeout` seconds counts as not working (a broken nsys can hang).
     Probe results are cached in-process and in ~/.cache/growlm/profile_tools.json (keyed by the
     binary, its mtime, the host, the Python and CUDA_VISIBLE_DEVICES); refresh=True re-probes."""
     cuda = _cuda_available()
@@ -451,7 +467,7 @@ def detect_tools(*, probe: bool = True, refresh: bool = False, timeout: float = 
               "torch": {"found": True, "version": torch.__version__, "works": True,
                         "reason": "CPU+CUDA activities" if cuda else "CPU activity only"}}
     disk = {}
-    if probe and not refresh and os.environ.get("GROWLM_TOOLS_CACHE", "1") != "0":
+    if probe is not False and not refresh and os.environ.get("GROWLM_TOOLS_CACHE", "1") != "0":
         with contextlib.suppress(Exception):
             disk = json.loads(_cache_file().read_text())
     dirty = False
@@ -470,7 +486,7 @@ def detect_tools(*, probe: bool = True, refresh: bool = False, timeout: float = 
                 continue
             entry.update(found=True, path=path, version=_first_line(out), works=None,
                          reason="not probed")
-            if not probe:
+            if probe is False or (isinstance(probe, str) and probe != name):
                 break
             key = _cache_key(name, path)
             cached = _TOOLS_CACHE.get(key) or (None if refresh else disk.get(key))
@@ -638,7 +654,8 @@ def profile_run(tool: str, workload_cmd: list[str], out_dir: str | Path, *, step
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     _clean(out_dir)
-    tools = detect_tools(probe=False)
+    # Probe (cached) the requested Nsight tool first: a broken nsys can hang instead of failing.
+    tools = detect_tools(probe=tool if tool in ("nsys", "ncu") and fallback else False)
     _write_json(out_dir / "tools.json", tools)
     cuda = tools["cuda"]
 
@@ -657,6 +674,10 @@ def profile_run(tool: str, workload_cmd: list[str], out_dir: str | Path, *, step
         if mode in ("nsys", "ncu") and not tools[mode]["found"]:
             attempts.append({"profiler": mode, "ok": False, "seconds": 0.0,
                              "reason": tools[mode]["reason"]})
+            continue
+        if mode in ("nsys", "ncu") and tools[mode]["works"] is False:
+            attempts.append({"profiler": mode, "ok": False, "seconds": 0.0,
+                             "reason": f"{mode} probe failed: {tools[mode]['reason']}"})
             continue
         if mode in ("nsys", "ncu") and not cuda:
             attempts.append({"profiler": mode, "ok": False, "seconds": 0.0,

@@ -60,7 +60,9 @@ def to_num(values) -> pd.Series:
 
 def _ms_factor(colname: str, default: str = "ns") -> float:
     """Milliseconds per unit named in a column header such as 'Total Time (ns)'."""
-    m = re.search(r"\((ns|us|μs|µs|ms|s|nsecond|usecond|msecond|second)\)", str(colname).lower())
+    # 'Total Time (ns)' (nsys stats output) or 'Total Time:dur_ns' (nsys report-script alias)
+    m = re.search(r"(?:\(|:dur_)(ns|us|μs|µs|ms|s|nsecond|usecond|msecond|second)\)?\s*$",
+                  str(colname).strip().lower())
     return _unit_ms(m.group(1) if m else default)
 
 
@@ -207,8 +209,8 @@ _NCU_METRICS = {
                           ["compute (sm) throughput", "sm throughput"]),
     "achieved_occupancy_pct": (["sm__warps_active.avg.pct_of_peak_sustained_active",
                                 "sm__warps_active"], ["achieved occupancy"]),
-    "dram_throughput_pct": (["dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                             "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_throughput_pct": (["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                             "dram__throughput.avg.pct_of_peak_sustained_elapsed",
                              "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
                              "dram__throughput"], ["dram throughput", "memory throughput"]),
 }
@@ -249,7 +251,12 @@ def ncu_kernel_metrics(raw_csv: str | Path, profiler: str = "ncu") -> pd.DataFra
             out["duration_us"] = vals * _unit_ms(unit or "ns") * 1e3
         else:
             out[key] = vals
-    tensor_cols = [c for c in df.columns if "tensor" in c.lower() and "pct" in c.lower()]
+    # Tensor pipes: the per-SM average (.avg, not .max/.min) of every tensor-pipe utilisation
+    # metric present (hmma = mma.sync, gmma = Hopper wgmma, ...); the busiest pipe wins.
+    tensor_cols = [c for c in df.columns if "tensor" in c.lower() and ".avg.pct_of_peak" in c.lower()
+                   and "_elapsed" not in c.lower()]
+    tensor_cols = tensor_cols or [c for c in df.columns
+                                  if "tensor" in c.lower() and ".avg.pct_of_peak" in c.lower()]
     out["tensor_core_pct"] = (pd.concat([to_num(df[c]) for c in tensor_cols], axis=1).max(axis=1)
                               if tensor_cols else math.nan)
     out.insert(0, "profiler", profiler)
