@@ -13,6 +13,7 @@ after the current step and exit with status 75 so that Snakemake retries and res
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -58,6 +59,8 @@ class TrainConfig:
     device: str = "cpu"
     micro_batch_size: int | None = None  # gradient accumulation: the global batch stays batch_size
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
+    compile: bool = False  # torch.compile the model for the training steps (evaluation stays eager)
+    peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
     extra: dict = field(default_factory=dict)
 
     @property
@@ -108,15 +111,78 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
         (decay if p.dim() >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    fused = cfg.device.startswith("cuda")
+    # the fused kernel exists for CUDA and (since torch 2.4) the CPU, where it is several times faster
+    # than the per-tensor loop for the many small tensors of these models
+    fused = torch.device(cfg.device).type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
 
 
-def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean next-token cross entropy and the logits."""
-    logits = model(input_ids=x).logits
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
-    return loss, logits
+class _FusedHeadCrossEntropy(torch.autograd.Function):
+    """Mean cross entropy of `h @ w.T` against `y`, in row chunks, never holding all the logits.
+
+    The forward pass computes each chunk's logits, its loss and, at once, its gradients (softmax
+    minus one-hot) with respect to `h` and `w`; the backward pass only scales them. One exp per
+    logit instead of log_softmax's two passes plus its backward, no N x V logits, log-probabilities
+    or zero-filled gradient: on a CPU this halves the cost of the head and loss. Deterministic (a
+    fixed chunk order), so resumed runs stay bitwise identical.
+    """
+
+    @staticmethod
+    def forward(ctx, h, w, y, chunk: int):
+        n = h.shape[0]
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h = torch.empty_like(h) if want_h else None
+        grad_w = torch.zeros_like(w) if want_w else None
+        total = h.new_zeros((), dtype=torch.float32)
+        for i in range(0, n, chunk):
+            hc, yc = h[i:i + chunk], y[i:i + chunk, None]
+            logits = hc @ w.t()
+            target = logits.gather(1, yc)
+            top = logits.amax(1, keepdim=True)
+            logits.sub_(top).exp_()
+            sums = logits.sum(1, keepdim=True)
+            total += (sums.log() + top - target).sum()
+            if want_h or want_w:
+                logits.mul_(1.0 / (n * sums))  # softmax / n
+                logits.scatter_add_(1, yc, logits.new_full(yc.shape, -1.0 / n))
+                if want_h:
+                    torch.mm(logits, w, out=grad_h[i:i + chunk])
+                if want_w:
+                    grad_w.addmm_(logits.t(), hc)
+        ctx.save_for_backward(grad_h, grad_w)
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w = ctx.saved_tensors
+        return (None if grad_h is None else grad_h * grad_out, None if grad_w is None else grad_w * grad_out,
+                None, None)
+
+
+def _fused_loss_applies(model: torch.nn.Module, x: torch.Tensor) -> bool:
+    """A plain GPT2LMHeadModel (not DDP/FSDP/compiled/grown) in fp32 on the CPU, no autocast."""
+    from transformers import GPT2LMHeadModel
+
+    return (type(model) is GPT2LMHeadModel and x.device.type == "cpu" and model.lm_head.bias is None
+            and model.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
+
+
+def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
+            logits: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mean next-token cross entropy and the logits.
+
+    With `logits=False` (the training loop) the logits are not returned (None), which lets a plain
+    GPT2LMHeadModel on the CPU compute the head and the loss together (`_FusedHeadCrossEntropy`).
+    """
+    if not logits and _fused_loss_applies(model, x):
+        h = model.transformer(input_ids=x).last_hidden_state
+        h = h.reshape(-1, h.size(-1))
+        chunk = max(64, (1 << 20) // model.lm_head.weight.shape[0])  # ~4 MB of logits per chunk
+        return _FusedHeadCrossEntropy.apply(h, model.lm_head.weight, y.reshape(-1), chunk), None
+    out = model(input_ids=x).logits
+    # under CUDA autocast cross_entropy runs in fp32 anyway; on the CPU the logits are fp32 already
+    loss = F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1))
+    return loss, out
 
 
 @torch.no_grad()
@@ -168,7 +234,29 @@ class _StopRequest:
             signal.signal(sig, old)
 
 
+def _gpu_settings(cfg: TrainConfig, use_bf16: bool) -> dict:
+    """On CUDA: TF32 for what runs in fp32 outside autocast; returns what was chosen ({} on a CPU)."""
+    from growlm.devices import device_name, peak_flops
+
+    if torch.device(cfg.device).type != "cuda":
+        return {}
+    torch.set_float32_matmul_precision("high")  # TF32 matmuls
+    torch.backends.cudnn.allow_tf32 = True
+    return {"device_name": device_name(cfg.device), "bf16_autocast": use_bf16, "tf32": True,
+            "fused_adamw": True, "pinned_memory": True, "non_blocking_copies": True,
+            "compile": bool(cfg.compile), "peak_flops": peak_flops(cfg.device, cfg.peak_flops)}
+
+
+def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    """A batch to the device: through pinned memory and asynchronously on CUDA."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def _write_ledger(path: Path, rows: list[dict]) -> None:
+    if _world()[0] != 0:  # under torchrun only rank 0 writes files
+        return
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=LEDGER_COLUMNS)
@@ -187,12 +275,15 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     cfg.validate()
     device = cfg.device
     rank, world = _world()
-    model.to(device)
+    if not getattr(model, "_growlm_cpu_offload", False):  # FSDP2 + CPU offload keeps its shards on the CPU
+        model.to(device)
     model.train()
     core = getattr(model, "module", model)  # unwrap DDP
     config = core.config
     if cfg.gradient_checkpointing and hasattr(core, "gradient_checkpointing_enable"):
-        core.gradient_checkpointing_enable()
+        from growlm.plan import enable_checkpointing  # every k-th block if a memory plan says so
+
+        enable_checkpointing(core, every=int(cfg.extra.get("checkpoint_every", 1)))
     local_batch = cfg.batch_size // world
     micro = cfg.micro_batch_size or local_batch
     flops_per_token = model_train_flops_per_token(config, cfg.context)
@@ -202,6 +293,9 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     ledger_path = Path(ledger_path)
     ledger_path.parent.mkdir(parents=True, exist_ok=True)
     use_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    gpu_settings = _gpu_settings(cfg, use_bf16)
+    step_model = torch.compile(model) if cfg.compile else model  # the training steps' forward
+    step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
 
     state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log)
     if state is None:
@@ -220,42 +314,51 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                "peak_mem_mb": round(peak_memory_mb(device), 1), "kind": kind}
         if kind == "eval":
             with phase("eval"):
-                metrics = evaluate(model, val_tokens, context=cfg.context, batch_size=cfg.batch_size,
+                metrics = evaluate(model, val_tokens, context=cfg.context, batch_size=micro,
                                    max_tokens=cfg.eval_tokens, device=device)
             row["val_loss"] = round(metrics["loss"], 5)
         rows.append(row)
         return row
 
     if start_step == 0 and not rows:
-        if hasattr(model, "growth_step"):
-            model.growth_step(0)
+        if hasattr(core, "growth_step"):
+            core.growth_step(0)
         row = record(0, None, "eval")
         log(f"step 0/{cfg.steps}: val_loss {row['val_loss']:.4f}")
 
     running, step = None, start_step
-    with _StopRequest() as stop:
+    from growlm.profile import session_from_env
+
+    # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profile.profile_run)
+    profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
+    with _StopRequest() as stop, profiler_ctx:
         for step in range(start_step, cfg.steps):
-            if hasattr(model, "growth_step"):
-                model.growth_step(step)
+            t_step = time.perf_counter()
+            if hasattr(core, "growth_step"):
+                core.growth_step(step)
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with phase("data"):
                 x, y = sampler.batch(step)  # the global batch; this process takes its rows
                 x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                x, y = _to_device(x, device), _to_device(y, device)
             loss_value = 0.0
             for i in range(0, local_batch, micro):
-                with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                    loss, _ = lm_loss(model, x[i:i + micro], y[i:i + micro])
-                    loss = loss * (micro / local_batch)
-                with phase("backward"):
-                    loss.backward()
+                # DDP: all-reduce the gradients once per step, at the last micro-batch
+                last = i + micro >= local_batch or not hasattr(model, "no_sync")
+                with contextlib.nullcontext() if last else model.no_sync():
+                    with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+                        loss = lm_loss(step_model, x[i:i + micro], y[i:i + micro], logits=False)[0]
+                        loss = loss * (micro / local_batch)
+                    with phase("backward"):
+                        loss.backward()
                 loss_value += loss.item()
-            if world > 1:
-                t = torch.tensor([loss_value], device=device)
+            stopping = stop.signal is not None
+            if world > 1:  # the mean loss, and one decision on a stop request for all ranks
+                t = torch.tensor([loss_value, float(stopping)], device=device)
                 torch.distributed.all_reduce(t)
-                loss_value = t.item() / world
+                loss_value, stopping = t[0].item() / world, t[1].item() > 0
             if not math.isfinite(loss_value):
                 _write_ledger(ledger_path, rows)
                 raise GrowlmError(f"loss is {loss_value} at step {step + 1}; training stopped. "
@@ -265,6 +368,9 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+            if step > start_step:  # the first step (compilation, allocator warm-up) is not timed
+                step_s += time.perf_counter() - t_step
+                steps_timed += 1
             running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
             done = step + 1
             is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
@@ -274,19 +380,25 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                     f"lr {lr:.2e} wall {row['wall_s']:.1f}s")
             elif done <= cfg.dense_log_steps:
                 record(done, loss_value, "train")
-            if done % cfg.checkpoint_every == 0 or stop.signal is not None:
+            if done % cfg.checkpoint_every == 0 or stopping:
                 _write_ledger(ledger_path, rows)
                 checkpoint.save_checkpoint(ckpt_dir, done, model, optimizer,
                                            {"step": done, "wall_s": wall(), "rows": rows})
+            profiler_step()
             if step_callback is not None:
                 step_callback(done)
-            if stop.signal is not None:
-                log(f"received signal {stop.signal} after step {done}: checkpoint written, exiting "
+            if stopping:
+                log(f"received signal {stop.signal or 'on another rank'} after step {done}: checkpoint written, exiting "
                     f"with status {PREEMPTED_EXIT} so that the job is retried and resumes")
                 sys.exit(PREEMPTED_EXIT)
     _write_ledger(ledger_path, rows)
     final = rows[-1]
+    from growlm.devices import mfu
+
+    achieved = steps_timed * tokens_per_step * flops_per_token / step_s if step_s > 0 else None
+    if gpu_settings:  # model FLOPs per second of training steps over the device's bf16 peak
+        gpu_settings["mfu"] = mfu(achieved or 0.0, gpu_settings["peak_flops"])
     return {"steps": cfg.steps, "tokens": cfg.steps * tokens_per_step,
             "flops": cfg.steps * tokens_per_step * flops_per_token, "wall_s": wall(),
             "final_val_loss": final["val_loss"], "flops_per_token": flops_per_token,
-            "config": asdict(cfg)}
+            "model_flops_per_s": achieved, "gpu_settings": gpu_settings, "config": asdict(cfg)}
