@@ -1,0 +1,401 @@
+"""The corpus stage: children's reading text in, one clean sentence per line out.
+
+Sources are Project Gutenberg books (bundled under ``resources/corpus`` or downloaded).
+`clean_gutenberg` turns a raw book into paragraphs of prose: it drops front matter,
+contents lists, illustration tags, lesson headings, word lists, phonics keys, page numbers,
+appendices and publishers' advertisements, and re-joins hard-wrapped lines.
+`split_sentences` cuts the paragraphs into sentences with pysbd, and `prepare_level` writes
+one level's ``train.txt`` / ``val.txt`` / ``test.txt``. The split of a sentence depends on
+its text alone (`split_of`), so adding a source never moves existing sentences.
+
+Everything here is a pure function of its inputs, except what touches files:
+`read_source`, `download_source` and the files `prepare_level` writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import unicodedata
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from growlm.errors import GrowlmError
+
+SPLITS = ("train", "val", "test")
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_source(path: str | Path) -> str:
+    """The text of a bundled (or downloaded) source file, decoded as UTF-8."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise GrowlmError(f"corpus source file {path} does not exist (check corpus.sources in the config)") from None
+    except OSError as err:
+        raise GrowlmError(f"cannot read corpus source file {path}: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise GrowlmError(f"corpus source file {path} is not UTF-8 text (byte {err.start})") from None
+
+
+def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path:
+    """Download `url` to `dest` and check its SHA-256; return `dest`.
+
+    The data goes to a temporary file next to `dest` first and is renamed into place only
+    after the checksum matched, so `dest` is either complete and verified or absent.
+    `sha256=None` means "not checked": a warning gives the actual sum to put in the config.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    digest = hashlib.sha256()
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                while chunk := response.read(1 << 16):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", None) or err
+            raise GrowlmError(f"corpus source {name!r}: download of {url} failed: {reason}") from None
+        actual = digest.hexdigest()
+        if sha256 is None:
+            warnings.warn(
+                f"corpus source {name!r}: checksum not checked (sha256 is null); "
+                f"the downloaded file's sha256 is {actual}",
+                stacklevel=2,
+            )
+        elif actual != sha256.strip().lower():
+            raise GrowlmError(
+                f"corpus source {name!r}: checksum mismatch for {url}: "
+                f"expected sha256 {sha256.strip().lower()}, got {actual}"
+            )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+# --------------------------------------------------------------------------- cleaning
+
+_PG_START = re.compile(r"^\*\*\*\s*START OF (?:THE|THIS) PROJECT GUTENBERG.*$", re.IGNORECASE | re.MULTILINE)
+_PG_END = re.compile(r"^\*\*\*\s*END OF (?:THE|THIS) PROJECT GUTENBERG", re.IGNORECASE | re.MULTILINE)
+# A [...] block with no bracket inside it (applied repeatedly, so nesting is handled).
+_BRACKETS = re.compile(r"\[[^\[\]]{0,4000}\]")
+_BRACKET_HEADING = re.compile(r"\[\s*Illustration:\s*([A-Za-z' ]+?)\.?\s*\]")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"',
+                         "\u00ab": '"', "\u00bb": '"', "\u00a0": " "})
+_DASHES = re.compile(r"\s*(?:-{2,}|\u2014|\u2015|\u2e3a)\s*")
+_MARKUP = re.compile(r"[_*~=]")
+_SENTENCE_END = re.compile(r"[.!?:\u2014]['\")\]]*$")
+# Front matter: a section with this heading is skipped up to the next heading. (Contents
+# lists need no skipping: their rows are dropped line by line, and a skip could run on.)
+_SKIP_SECTION = re.compile(
+    r"(?:preface|introduction|introductory note|foreword|suggestions to teachers|(?:notes? )?to (?:the )?teachers?"
+    r"|notes? (?:to|for) (?:the )?teachers?|acknowledge?ments?|transcriber'?s? notes?|articulation"
+    r"|punctuation(?: marks)?|introductory matter|table of .*|(?:long |short |elementary )?sounds)",
+    re.IGNORECASE,
+)
+# End matter: everything after this heading is dropped.
+_END_SECTION = re.compile(
+    r"(?:vocabulary(?: of .*)?|word lists?|phonetic tables?|phonics|index|glossary|appendix)",
+    re.IGNORECASE,
+)
+_LESSON = re.compile(r"^(?:lesson|lesson\s+the)\s+[0-9ivxlc]+\b.*$", re.IGNORECASE)
+_PAGE_NUMBER = re.compile(r"^[(\[{]?\s*(?:[0-9]+|[ivxlcdm]+)\s*[)\]}]?\.?$", re.IGNORECASE)
+_CONTENTS_ROW = re.compile(r"\S\s{2,}(?:[0-9ivxlc]+(?:,\s*[0-9]+)*)$", re.IGNORECASE)
+_WIDE_GAP = re.compile(r"\S\s{2,}\S")
+_NO_SENTENCE_PUNCT = re.compile(r"^[^.!?,;:\"]*$")
+_FRONT_LINE = re.compile(
+    r"^(?:[0-9]{4},? by\b|copyright|all rights reserved|produced by|illustrat(?:ed|ions) by|with illustrations"
+    r"|published by|printed in|author of|by(?:$|\s+[A-Z])|the authors? and publishers?|one shilling)"
+    r"|&\s*(?:co|sons|company)\b|\b[A-Z]{2,}\s+CO\.|\bsuperintendent of\b",
+    re.IGNORECASE,
+)
+# "Stanton, Michigan, April 8th, 1897." under a preface
+_DATE_LINE = re.compile(r"^(?:\S+\s+){0,7}[0-9]{4}\.?$")
+_ADVERT = re.compile(
+    r"\$\s?\d|\d+\s+(?:[A-Z][a-z]+\s+)+\d+(?:st|nd|rd|th|d)\s+St(?:reet|\.)|\bpost-?paid\b|\b\d+mo\b|\bpublishers?\b\s*,|\bbound in cloth\b|\"\s*—\s*[A-Z][^\"]{0,60}\.$"
+)
+_PARAGRAPH_NUMBER = re.compile(r"^(?:[0-9]+|[IVXL]+)\.\s+(?=\S)")
+_INLINE_NUMBER = re.compile(r"(?<=[.!?\"']) (?:[0-9]+[.,]|[IVXL]+\.) (?=[\"'A-Z])")
+# "THE rats and the mice", "FRISKY SQUIRREL was": drop-cap openings in small capitals
+_CAPS_OPENING = re.compile(r"^((?:[A-Z][A-Z']+)(?: [A-Z][A-Z']*)*)(?= [a-z])")
+_ALPHA_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
+
+
+def _normalise(text: str) -> str:
+    """NFKC, straight quotes, one dash style (an em dash without spaces), LF line ends."""
+    text = unicodedata.normalize("NFKC", text).replace("\ufeff", "")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.translate(_QUOTES)
+    return text
+
+
+def _strip_pg_boilerplate(text: str) -> str:
+    """The book body between PG's START and END markers (the whole text if there are none)."""
+    if start := _PG_START.search(text):
+        text = text[start.end():]
+    if end := _PG_END.search(text):
+        text = text[: end.start()]
+    return text
+
+
+def _remove_brackets(text: str) -> str:
+    """Drop [Illustration: ...], [Script: ...], [Transcriber's Note ...] etc., even multi-line."""
+    # "[Illustration: PREFACE]" stands for a heading: keep the word so the section is skipped.
+    text = _BRACKET_HEADING.sub(
+        lambda m: f"\n\n{m.group(1)}\n\n" if _SKIP_SECTION.fullmatch(m.group(1).strip()) else m.group(0), text
+    )
+    while True:
+        new = _BRACKETS.sub(" ", text)
+        if new == text:
+            return text
+        text = new
+
+
+def _is_heading(lines: list[str]) -> bool:
+    """A one-line paragraph that reads like a heading (no lowercase, or short and unpunctuated)."""
+    if not any(re.search(r"[a-z]{2}", line) for line in lines):
+        return True
+    if len(lines) != 1:
+        return False
+    line = lines[0]
+    return len(line.split()) <= 10 and bool(re.search(r"[A-Za-z0-9)]$", line))
+
+
+def _keep_line(line: str) -> bool:
+    """False for lesson headings, word lists, page numbers, contents rows and headings."""
+    if not re.search(r"[a-z]{2}", line):  # all-caps headings, numbers, alphabets, "No. 5. TITLE"
+        return False
+    if _LESSON.match(line) or _PAGE_NUMBER.match(line) or _DATE_LINE.match(line):
+        return False
+    words = line.split()
+    if len(words) >= 2 and 2 * sum(1 for w in words if re.fullmatch(r"[A-Z][A-Z'.,-]+", w)) >= len(words):
+        return False
+    if _CONTENTS_ROW.search(line):
+        return False
+    # word lists and phonics keys: words separated by runs of spaces, no sentence punctuation
+    if _WIDE_GAP.search(line) and _NO_SENTENCE_PUNCT.match(line):
+        return False
+    return True
+
+
+def _is_list(lines: list[str]) -> bool:
+    """A block of four or more lines that are mostly unpunctuated: a contents or word list."""
+    if len(lines) < 4:
+        return False
+    punctuated = sum(1 for line in lines if re.search(r"[.,;:!?\"']", line))
+    return punctuated < len(lines) / 4
+
+
+def _paragraph_blocks(text: str) -> Iterable[list[str]]:
+    """Blank-line separated blocks, each a list of stripped, markup-free non-empty lines."""
+    for block in re.split(r"\n[ \t]*\n", text):
+        lines = [_MARKUP.sub("", raw).rstrip() for raw in block.split("\n")]
+        lines = [line.strip() for line in lines if line.strip()]
+        # keep inner runs of spaces (word lists are recognised by them); drop the indent
+        if lines:
+            yield lines
+
+
+def clean_gutenberg(text: str) -> list[str]:
+    """Clean paragraphs of prose from a Project Gutenberg book.
+
+    Removes the PG header/footer (if present), bracket blocks ([Illustration...],
+    [Script: ...], [Transcriber's Note...]), front matter (preface, introduction,
+    contents, suggestions to teachers...), appendices (vocabulary, word lists, phonetic
+    tables: dropped to the end of the book), lesson headings, word lists and phonics keys,
+    page numbers, all-caps headings, lines with no lowercase letter, ``_ * ~`` markup and
+    publishers' advertisements. Hard-wrapped lines are re-joined into one line per
+    paragraph; Unicode is NFKC-normalised, quotes are straight and ``--`` becomes an em
+    dash ("—") with no spaces around it. Paragraphs without sentence punctuation (titles,
+    lists) are dropped.
+    """
+    text = _remove_brackets(_strip_pg_boilerplate(_normalise(text)))
+    paragraphs: list[str] = []
+    skipping = False
+    for lines in _paragraph_blocks(text):
+        if _is_heading(lines):
+            heading = re.sub(r"\s+", " ", lines[0]).strip(" .:")
+            if _END_SECTION.fullmatch(heading):
+                break
+            skipping = bool(_SKIP_SECTION.fullmatch(heading))
+            continue
+        if skipping:
+            continue
+        if _FRONT_LINE.search(lines[0]) or any(_FRONT_LINE.search(line) for line in lines if "&" in line):
+            continue  # a title-page block: author, publisher, copyright
+        kept = [_PARAGRAPH_NUMBER.sub("", line) for line in lines if _keep_line(line)]
+        if not kept or _is_list(kept):
+            continue
+        paragraph = " ".join(kept)
+        paragraph = _DASHES.sub("\u2014", paragraph)
+        paragraph = _INLINE_NUMBER.sub(" ", paragraph)
+        paragraph = _CAPS_OPENING.sub(lambda m: " ".join(w.capitalize() for w in m.group(1).split()), paragraph)
+        paragraph = re.sub(r"\s+", " ", paragraph).strip()
+        paragraph = re.sub(r"\s+([,.;:!?])", r"\1", paragraph)
+        if not re.search(r"[a-z]", paragraph) or not _SENTENCE_END.search(paragraph):
+            continue
+        if _ADVERT.search(paragraph):
+            continue
+        paragraphs.append(paragraph)
+    return paragraphs
+
+
+# --------------------------------------------------------------------------- sentences
+
+_SEGMENTER = None
+_TERMINALS = re.compile(r"[.!?\u2014;:]+")
+
+
+def _segmenter():
+    global _SEGMENTER
+    if _SEGMENTER is None:
+        import pysbd
+
+        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
+    return _SEGMENTER
+
+
+def alpha_words(sentence: str) -> int:
+    """The number of alphabetic words (``don't`` counts once) in `sentence`."""
+    return len(_ALPHA_WORD.findall(sentence))
+
+
+def split_sentences(paragraphs: list[str], *, min_words: int = 3, max_words: int = 60) -> list[str]:
+    """Sentences of `paragraphs`, split with pysbd, stripped, in order.
+
+    Fragments with fewer than `min_words` alphabetic words (or no letter at all) are dropped,
+    and so are sentences longer than `max_words` whitespace-separated words (run-on verse).
+    """
+    segmenter = _segmenter()
+    sentences: list[str] = []
+    for paragraph in paragraphs:
+        # pysbd is slow; a paragraph with one sentence end (at its end) needs no segmenting
+        pieces = [paragraph] if len(_TERMINALS.findall(paragraph)) <= 1 else segmenter.segment(paragraph)
+        for sentence in pieces:
+            sentence = re.sub(r"\s+", " ", sentence).strip()
+            if not sentence or not re.search(r"[A-Za-z]", sentence):
+                continue
+            if alpha_words(sentence) < min_words or len(sentence.split()) > max_words:
+                continue
+            sentences.append(sentence)
+    return sentences
+
+
+def _check_fractions(val_fraction: float, test_fraction: float) -> None:
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise GrowlmError(
+            f"corpus val_fraction={val_fraction} and test_fraction={test_fraction} must be in [0, 1) "
+            "and sum to less than 1"
+        )
+
+
+def split_of(sentence: str, val_fraction: float, test_fraction: float) -> str:
+    """"train", "val" or "test" for `sentence`, from a SHA-256 of its text alone.
+
+    The hash maps the sentence to a number u in [0, 1): u < test_fraction is "test",
+    u < test_fraction + val_fraction is "val", the rest "train". It does not depend on any
+    other sentence, so adding a source never moves existing sentences.
+    """
+    _check_fractions(val_fraction, test_fraction)
+    u = int.from_bytes(hashlib.sha256(sentence.encode("utf-8")).digest()[:8], "big") / 2**64
+    if u < test_fraction:
+        return "test"
+    if u < test_fraction + val_fraction:
+        return "val"
+    return "train"
+
+
+# --------------------------------------------------------------------------- levels
+
+
+def flesch_kincaid_grade(sentences: list[str]) -> float:
+    """Flesch-Kincaid grade 0.39 w/s + 11.8 syl/w - 15.59, syllables from pyphen's English
+    hyphenation dictionary (what textstat 0.7.3 did; newer textstat downloads cmudict at run time)."""
+    import pyphen
+
+    dic = pyphen.Pyphen(lang="en_US")
+    words = [w for s in sentences for w in re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)?", s)]
+    if not sentences or not words:
+        return 0.0
+    syllables = sum(max(1, len(dic.positions(w.lower())) + 1) for w in words)
+    return 0.39 * len(words) / len(sentences) + 11.8 * syllables / len(words) - 15.59
+
+
+def level_statistics(sentences: list[str]) -> dict:
+    """Sentence and word counts, mean words per sentence and Flesch–Kincaid grade."""
+
+    words = sum(alpha_words(s) for s in sentences)
+    return {
+        "sentences": len(sentences),
+        "words": words,
+        "mean_sentence_words": round(words / len(sentences), 3) if sentences else 0.0,
+        "flesch_kincaid_grade": round(flesch_kincaid_grade(sentences), 3)
+        if sentences
+        else 0.0,
+    }
+
+
+def prepare_level(
+    sources: list[tuple[str, str]],
+    out_dir: Path,
+    *,
+    val_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    min_words: int = 3,
+    max_words: int = 60,
+) -> dict:
+    """Clean and split one level's sources; write ``train.txt``, ``val.txt``, ``test.txt``.
+
+    `sources` are (name, raw text) pairs. Exact duplicate sentences are dropped (the first
+    occurrence wins; order is kept). Returns `level_statistics` of all kept sentences plus
+    ``splits`` ({split: {"sentences", "words"}}) and ``sources`` ({name: sentences kept}).
+    """
+    _check_fractions(val_fraction, test_fraction)
+    names = ", ".join(name for name, _ in sources) or "(no sources)"
+    seen: set[str] = set()
+    sentences: list[str] = []
+    per_source: dict[str, int] = {}
+    for name, text in sources:
+        kept = 0
+        for sentence in split_sentences(clean_gutenberg(text), min_words=min_words, max_words=max_words):
+            if sentence not in seen:
+                seen.add(sentence)
+                sentences.append(sentence)
+                kept += 1
+        per_source[name] = kept
+    if not sentences:
+        raise GrowlmError(f"corpus level with sources {names} has no sentences after cleaning")
+    by_split: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for sentence in sentences:
+        by_split[split_of(sentence, val_fraction, test_fraction)].append(sentence)
+    for split in SPLITS:
+        if not by_split[split]:
+            raise GrowlmError(
+                f"corpus level with sources {names}: the {split} split is empty "
+                f"({len(sentences)} sentences in all); add text or raise its fraction"
+            )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        (out_dir / f"{split}.txt").write_text("".join(s + "\n" for s in by_split[split]), encoding="utf-8")
+    stats = level_statistics(sentences)
+    stats["splits"] = {
+        split: {"sentences": len(lines), "words": sum(alpha_words(s) for s in lines)}
+        for split, lines in by_split.items()
+    }
+    stats["sources"] = per_source
+    return stats
