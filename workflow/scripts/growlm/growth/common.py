@@ -268,29 +268,28 @@ def copy_noise(ax: _Axis, cols: int, std: float, mode: str, gen: torch.Generator
                dtype: torch.dtype) -> torch.Tensor:
     """(len(ax), cols) noise that sums to zero over the copies of every source row."""
     A = ax.mem.numel()
-    N = torch.randn(A, cols, generator=gen, dtype=torch.float64) * std
     if mode == "centered":
+        N = torch.randn(A, cols, generator=gen, dtype=dtype) * std
         K = int(ax.key.max()) + 1
-        mean = torch.zeros(K, cols, dtype=torch.float64).index_add_(0, ax.key, N)
-        mean = mean / torch.bincount(ax.key, minlength=K).clamp(min=1).double()[:, None]
+        mean = torch.zeros(K, cols, dtype=dtype).index_add_(0, ax.key, N)
+        mean = mean / torch.bincount(ax.key, minlength=K).clamp(min=1).to(dtype)[:, None]
         N = N - mean[ax.key]
-        N[ax.count == 1] = 0.0
-    elif mode == "pairs":
+        N[(ax.count == 1) | ax.residue] = 0.0
+        return N
+    if mode == "pairs":
         rank = _occurrence_rank(ax.key)
         K = int(ax.key.max()) + 1
         table = torch.full((K, int(rank.max()) + 1), -1, dtype=torch.long)
         table[ax.key, rank] = torch.arange(A)
-        odd = rank % 2 == 1
-        has_partner = (rank % 2 == 0) & (rank + 1 < ax.count)
-        partner = table[ax.key, (rank - 1).clamp(min=0)]
-        out = torch.zeros_like(N)
-        out[has_partner] = N[has_partner]
-        out[odd] = -N[partner[odd]]
-        N = out
-    else:
-        raise GrowlmError(f"unknown noise mode {mode!r}")
-    N[ax.residue] = 0.0
-    return N.to(dtype)
+        first = (rank % 2 == 0) & (rank + 1 < ax.count) & ~ax.residue
+        rows = first.nonzero().squeeze(1)
+        partner = table[ax.key[rows], rank[rows] + 1]
+        out = torch.zeros(A, cols, dtype=dtype)
+        N = torch.randn(rows.numel(), cols, generator=gen, dtype=dtype) * std
+        out[rows] = N
+        out[partner] = -N
+        return out
+    raise GrowlmError(f"unknown noise mode {mode!r}")
 
 
 class WidthEngine:
@@ -301,6 +300,8 @@ class WidthEngine:
         self.Ws, self.s, self.plan, self.gen = members_W, shape, plan, gen
         self.noise, self.noise_mode, self.residue_std = noise, noise_mode, residue_std
         self.dtype = members_W[0]["wte"].dtype
+        # compute in float64 for float64 members (exactness tests), else float32
+        self.cdtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         s = shape
         self.res = _Axis.make(plan.res_mem, plan.res_src, s.d)
         hc_mem, hc_src = _head_channels(plan.head_mem, plan.head_src, s.dh)
@@ -319,23 +320,34 @@ class WidthEngine:
 
     # -- primitives -------------------------------------------------------------------------
     def _stack(self, get) -> torch.Tensor:
-        return torch.stack([get(W) for W in self.Ws]).to(torch.float64)
+        return torch.stack([get(W) for W in self.Ws]).to(self.cdtype)
 
     def matrix(self, get, ax_in: _Axis, ax_out: _Axis, *, reader_noise: bool = True) -> torch.Tensor:
         """Grow a Conv1D matrix (in, out): block-diagonal over members."""
         Wst = self._stack(get)  # (n, a, b)
         n, a, b = Wst.shape
-        Wa = torch.cat([Wst, Wst.mean(2, keepdim=True)], 2)  # residue out column = row mean
-        Wa = torch.cat([Wa, torch.zeros(n, 1, b + 1, dtype=Wa.dtype)], 1)  # residue in row = 0
-        W = Wa[ax_out.mem[None, :], ax_in.idx[:, None], ax_out.idx[None, :]]
-        same = ax_in.mem[:, None] == ax_out.mem[None, :]
-        W = W * ax_in.factor()[:, None] * same
-        if reader_noise and self.noise > 0:
-            std = float(Wst.std()) * self.noise
-            W = W + copy_noise(ax_in, W.shape[1], std, self.noise_mode, self.gen, W.dtype) * same
+        Wa = Wst
+        if bool(ax_out.residue.any()):
+            Wa = torch.cat([Wa, Wa.mean(2, keepdim=True)], 2)  # residue out column = row mean
+        if bool(ax_in.residue.any()):
+            Wa = torch.cat([Wa, torch.zeros(n, 1, Wa.shape[2], dtype=Wa.dtype)], 1)  # residue in row = 0
+        fac = ax_in.factor().to(self.cdtype)
+        if n == 1:
+            W = (Wa[0].index_select(0, ax_in.idx) * fac[:, None]).index_select(1, ax_out.idx)
+            same = None
+        else:
+            W = torch.empty(ax_in.mem.numel(), ax_out.mem.numel(), dtype=self.cdtype)
+            for m in range(n):
+                cols = (ax_out.mem == m).nonzero().squeeze(1)
+                f_m = fac * (ax_in.mem == m).to(self.cdtype)
+                W[:, cols] = (Wa[m].index_select(0, ax_in.idx) * f_m[:, None]).index_select(1, ax_out.idx[cols])
+            same = (ax_in.mem[:, None] == ax_out.mem[None, :]).to(self.cdtype)
+        if reader_noise and self.noise > 0 and bool((ax_in.count > 1).any()):
+            N = copy_noise(ax_in, W.shape[1], float(Wst.std()) * self.noise, self.noise_mode, self.gen, W.dtype)
+            W = W + (N if same is None else N * same)
         if self.residue_std > 0 and bool(ax_in.residue.any()):
-            R = torch.randn(int(ax_in.residue.sum()), W.shape[1], generator=self.gen, dtype=W.dtype)
-            W[ax_in.residue] = R * self.residue_std * same[ax_in.residue]
+            R = torch.randn(int(ax_in.residue.sum()), W.shape[1], generator=self.gen, dtype=W.dtype) * self.residue_std
+            W[ax_in.residue] = R if same is None else R * same[ax_in.residue]
         return W.to(self.dtype)
 
     def vector(self, get, ax: _Axis) -> torch.Tensor:
@@ -467,3 +479,38 @@ def check_heads(shape: Shape, n_embd: int, n_head: int | None, what: str) -> int
         raise GrowlmError(f"{what}: n_head={n_head} would change the head size {shape.dh}; "
                           f"this operator keeps it (n_head={h1} for width {n_embd})")
     return h1
+
+
+# ----------------------------------------------------------------------------------------------
+# operator metadata (beyond the registry's): which axis an operator grows, its checks, options
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class OpInfo:
+    axis: str  # "width", "depth" or "both"
+    check: object  # check(shape, n, n_embd, n_layer, n_head) -> None, raises GrowlmError
+    natural: object  # natural(shape, n) -> (n_embd, n_layer) of a combining operator, else None
+    absorbs: tuple  # operator names that, following this one in a chain, are fused into it
+    options: dict  # option name -> default
+
+
+INFO: dict[str, OpInfo] = {}
+_RESERVED = {"n_embd", "n_layer", "n_head", "seed", "absorbed"}
+
+
+def operator(name: str, *, kind: str, exact: bool, axis: str, multi: bool = False, check=None,
+             natural=None, absorbs: tuple = ()):
+    """`registry.register` plus the metadata `grow()` uses to plan and validate chains."""
+    import inspect
+
+    from growlm.growth.registry import register
+
+    def wrap(fn):
+        register(name, kind=kind, exact=exact, multi=multi)(fn)
+        sig = inspect.signature(fn)
+        options = {p.name: p.default for p in sig.parameters.values()
+                   if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _RESERVED}
+        INFO[name] = OpInfo(axis, check, natural, tuple(absorbs), options)
+        return fn
+
+    return wrap

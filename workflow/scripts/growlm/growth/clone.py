@@ -1,0 +1,47 @@
+"""HyperCloning: exact width growth by an integer factor k = d1 / d0 (arXiv 2409.12903).
+
+Every unit is tiled k times: residual coordinate i of the grown model copies coordinate i mod d0,
+head j copies head j mod h0 (the head size is kept, so there are k*h0 heads), MLP unit u copies
+u mod f0. Q/K/V are split out of the fused `c_attn` per head, tiled, and re-packed. Readers'
+input rows (Conv1D orientation) are divided by k; embeddings (wte, wpe), biases and LN gamma/beta
+are tiled without division. With a tied unembedding the final LN gamma and beta are divided by k
+(so plain tying survives, `save_pretrained` works); an untied lm_head has its columns tiled and
+divided by k instead.
+
+Symmetry breaking (`noise` > 0): for every pair of copies (2p, 2p+1) of an input row, +N is added
+to the first and -N to the second (N Gaussian with std = noise x std of the source matrix); since
+the two inputs are equal copies the noise cancels exactly (odd k leaves the last copy clean). The
+tied unembedding (= wte, a writer) gets no noise.
+"""
+
+from __future__ import annotations
+
+from growlm.errors import GrowlmError
+from growlm.growth.common import (Shape, WidthEngine, check_heads, generator, operator, pack,
+                                  single_tile_plan, target_config, unpack)
+
+
+def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
+    if n_embd % s.d:
+        raise GrowlmError(f"hyperclone needs the width {n_embd} to be a multiple of the source width {s.d} "
+                          f"(k = d1/d0 must be an integer); use 'lemon' for other widths")
+    check_heads(s, n_embd, n_head, "hyperclone")
+
+
+@operator("hyperclone", kind="width", exact=True, axis="width", check=_check)
+def hyperclone(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
+               noise: float = 0.0):
+    """Exact width cloning by k = d1/d0 (HyperCloning). Uses the first member.
+
+    Options: noise (float >= 0, default 0): std of the cancelling +N/-N pair noise, relative to each
+    source matrix's std.
+    """
+    if noise < 0:
+        raise GrowlmError(f"hyperclone: noise must be >= 0, not {noise}")
+    src = models[0]
+    s = Shape.of(src)
+    _check(s, 1, n_embd, n_layer, n_head)
+    k = n_embd // s.d
+    plan = single_tile_plan(s.d, s.h, s.f, n_embd, s.h * k, s.f * k)
+    W = WidthEngine([unpack(src)], s, plan, gen=generator(seed), noise=float(noise), noise_mode="pairs").grow()
+    return pack(W, target_config(src.config, n_embd=n_embd, n_layer=s.L, n_head=s.h * k))

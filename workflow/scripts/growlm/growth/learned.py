@@ -1,0 +1,263 @@
+"""Learned linear growth operators: LiGO (Wang et al., ICLR 2023) and Mango (Pan et al., NeurIPS 2023).
+
+Both express every weight of the grown model as a linear function of the source weights, train
+that function for a few steps on the LM loss of the grown model, then materialise it into a plain
+GPT2LMHeadModel.
+
+One implementation, a tensor ring of bond rank R over the modes (input units, output units, depth):
+for a weight kind with source stack M[j, i, o] (j = source block of any member: J = n * L0),
+
+    W'[l, I, O] = sum_{r,s,t} S_in[r, I, i, s] S_out[s, O, o, t] S_depth[t, l, j, r] M[j, i, o]
+
+* rank 1 (`ligo`): S_in, S_out, S_depth are plain matrices, i.e. LiGO's width maps (applied on
+  both sides of each matrix) and depth mixing W'_l = sum_j w_lj W_j;
+* rank R > 1 (`mango`, option `rank`): Mango's multi-linear operator as a tensor ring (the
+  weight-kind core S_B of the paper is the identity here: each weight kind has its own depth core;
+  the width cores are shared as below).
+
+Sharing (as LiGO's "bert2BERT-style tying"): one residual input core (all readers: Q/K/V, c_fc,
+an untied lm_head) and one residual output core (all writers, embeddings, LN parameters) for the
+whole model; separate head cores for the outputs of Q, K, V and the input of the attention c_proj
+(acting on whole heads, Kronecker with the identity on the head size); MLP cores for c_fc's outputs
+and c_proj's inputs acting on groups of `head_dim` units; one depth core per weight kind. Vectors
+(biases, LN) use the output core with the ring closed through the identity; embeddings, the final
+LN and an untied head use the trace of the residual cores and a learned member mixture.
+
+Initialisation: the maps of an exact copy (HyperCloning/LEMON layout: tiled copies, readers split
+1/count, residue coordinates = mean for writers and 0 for readers), depth = members' blocks in turn
+(l -> member (l // L0) mod n, block l mod L0: G_stack for one member), the final LN (tied head)
+divided by the copy count; plus Gaussian noise `init_noise` on every core. With one member,
+d1 = k d0, L1 = L0 and init_noise = 0 the initial operator reproduces the source exactly; in general
+it is not function-preserving (learned; LiGO's own init is not either).
+
+Training: AdamW (lr `lr`) on the operator's parameters for `steps` steps on `batches` (an iterable
+of LongTensor [B, T] token batches, cycled), with the grown model's LM loss. The training cost is
+recorded in `model.growlm_growth_flops`: steps x (the project's per-token training FLOPs of the
+grown model x tokens per batch + the measured FLOPs of materialising the weights, forward and
+backward).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from growlm.errors import GrowlmError
+from growlm.growth.common import (BLOCK_KEYS, Shape, check_heads, empty_model, generator, load_into, mlp_width,
+                                  operator, target_config, tile_plan, unpack)
+
+# (input-axis core, output-axis core) of every block weight; None = no input axis (a vector)
+_ROLES = {
+    "ln1_w": (None, "res_out"), "ln1_b": (None, "res_out"), "ln2_w": (None, "res_out"), "ln2_b": (None, "res_out"),
+    "q_w": ("res_in", "q"), "k_w": ("res_in", "k"), "v_w": ("res_in", "v"),
+    "q_b": (None, "q"), "k_b": (None, "k"), "v_b": (None, "v"),
+    "o_w": ("o_in", "res_out"), "o_b": (None, "res_out"),
+    "fc_w": ("res_in", "fc_out"), "fc_b": (None, "fc_out"),
+    "pr_w": ("pr_in", "res_out"), "pr_b": (None, "res_out"),
+}
+
+
+def _one_hot(src: torch.Tensor, size: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(src.clamp(min=0), size).double() * (src >= 0).double()[:, None]
+
+
+class RingGrowth(nn.Module):
+    """The trainable operator; `materialise()` gives the grown model's state dict (differentiable)."""
+
+    def __init__(self, members, *, n_embd: int, n_layer: int, rank: int, init_noise: float, seed: int):
+        super().__init__()
+        s = Shape.of(members[0])
+        self.s, self.n, self.R = s, len(members), int(rank)
+        self.d1, self.L1 = n_embd, n_layer
+        self.h1 = n_embd // s.dh
+        self.f1 = mlp_width(members[0].config, n_embd) or 4 * n_embd
+        g = s.dh  # MLP group size
+        if s.f % g or self.f1 % g:
+            raise GrowlmError(f"MLP widths {s.f}, {self.f1} are not multiples of the head size {g}")
+        self.g = g
+        dtype = members[0].transformer.wte.weight.dtype
+        Ws = [unpack(m) for m in members]
+        J = self.n * s.L
+        for key in BLOCK_KEYS:
+            self.register_buffer("src_" + key, torch.stack([W["blocks"][l][key] for W in Ws for l in range(s.L)]))
+        for key in ("wte", "wpe", "lnf_w", "lnf_b"):
+            self.register_buffer("emb_" + key, torch.stack([W[key] for W in Ws]))
+        self.tied = Ws[0]["head"] is None
+        if not self.tied:
+            self.register_buffer("emb_head", torch.stack([W["head"] for W in Ws]))
+        gen = generator(seed)
+        plan = tile_plan(1, s.d, s.h, s.f // g, n_embd, self.h1, self.f1 // g)
+
+        def split(src, size):
+            oh = _one_hot(src, size)
+            cnt = oh.sum(0).clamp(min=1)
+            return oh / cnt[None, :]
+
+        res_out = _one_hot(plan.res_src, s.d)
+        res_out[plan.res_src < 0] = 1.0 / s.d  # residue coordinate = mean
+        maps = {"res_out": res_out, "res_in": split(plan.res_src, s.d),
+                "q": _one_hot(plan.head_src, s.h), "k": _one_hot(plan.head_src, s.h),
+                "v": _one_hot(plan.head_src, s.h), "o_in": split(plan.head_src, s.h),
+                "fc_out": _one_hot(plan.mlp_src, s.f // g), "pr_in": split(plan.mlp_src, s.f // g)}
+        R = self.R
+        eye = torch.eye(R, dtype=torch.float64)
+
+        def core(m, scale=1.0):
+            c = eye[:, None, None, :] * m[None, :, :, None] * scale
+            if init_noise > 0:
+                c = c + torch.randn(c.shape, generator=gen, dtype=torch.float64) * init_noise * float(m.abs().max())
+            return nn.Parameter(c.to(dtype))
+
+        self.cores = nn.ParameterDict({name: core(m) for name, m in maps.items()})
+        src_of = [((l // s.L) % self.n) * s.L + l % s.L for l in range(n_layer)]
+        w0 = _one_hot(torch.tensor(src_of), J)
+        self.depth = nn.ParameterDict({key: core(w0, 1.0 / R) for key in BLOCK_KEYS})
+        mix = torch.zeros(self.n, dtype=torch.float64)
+        mix[0] = 1.0
+        self.mix = nn.Parameter(mix.to(dtype))
+        counts = torch.bincount(plan.res_src.clamp(min=0), minlength=s.d).double()[plan.res_src.clamp(min=0)]
+        self.lnf_scale = nn.Parameter((1.0 / counts if self.tied else torch.ones(n_embd, dtype=torch.float64)).to(dtype))
+
+    # -- contractions ------------------------------------------------------------------------------
+    def _group(self, name: str) -> int:
+        return {"res_out": 1, "res_in": 1, "q": self.s.dh, "k": self.s.dh, "v": self.s.dh,
+                "o_in": self.s.dh, "fc_out": self.g, "pr_in": self.g}[name]
+
+    def _weight(self, key: str) -> torch.Tensor:
+        M = getattr(self, "src_" + key)  # (J, i0, o0) or (J, o0)
+        SL = self.depth[key]  # (R, L1, J, R): [t, l, j, r]
+        cin, cout = _ROLES[key]
+        R, L1 = self.R, self.L1
+        if cin is None:
+            X = torch.einsum("tljr,jo->trlo", SL, M)  # ring closed through the identity: s = r
+            go = self._group(cout)
+            X = X.reshape(R, R, L1, -1, go)
+            Z = torch.einsum("sOot,tslog->lOg", self.cores[cout], X)
+            return Z.reshape(L1, -1)
+        X = torch.einsum("tljr,jio->trlio", SL, M)
+        gi = self._group(cin)
+        i0, o0 = M.shape[1], M.shape[2]
+        X = X.reshape(R, R, L1, i0 // gi, gi, o0)
+        Y = torch.einsum("rIis,trligo->tslIgo", self.cores[cin], X)
+        Y = Y.reshape(R, R, L1, -1, o0)
+        go = self._group(cout)
+        Y = Y.reshape(R, R, L1, Y.shape[3], o0 // go, go)
+        Z = torch.einsum("sOot,tsliog->liOg", self.cores[cout], Y)
+        return Z.reshape(L1, Z.shape[1], -1)
+
+    def _trace(self, name: str) -> torch.Tensor:
+        return torch.einsum("rIir->Ii", self.cores[name]) / self.R
+
+    def materialise(self) -> dict[str, torch.Tensor]:
+        W = {key: self._weight(key) for key in BLOCK_KEYS}
+        A_out, A_in = self._trace("res_out"), self._trace("res_in")
+        sd = {}
+        mixed = {k: torch.einsum("m,m...->...", self.mix, getattr(self, "emb_" + k))
+                 for k in ("wte", "wpe", "lnf_w", "lnf_b")}
+        sd["transformer.wte.weight"] = mixed["wte"] @ A_out.T
+        sd["transformer.wpe.weight"] = mixed["wpe"] @ A_out.T
+        sd["transformer.ln_f.weight"] = (A_out @ mixed["lnf_w"]) * self.lnf_scale
+        sd["transformer.ln_f.bias"] = (A_out @ mixed["lnf_b"]) * self.lnf_scale
+        if not self.tied:
+            sd["lm_head.weight"] = torch.einsum("m,mvd->vd", self.mix, self.emb_head) @ A_in.T
+        for l in range(self.L1):
+            p = f"transformer.h.{l}."
+            sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = W["ln1_w"][l], W["ln1_b"][l]
+            sd[p + "attn.c_attn.weight"] = torch.cat([W["q_w"][l], W["k_w"][l], W["v_w"][l]], 1)
+            sd[p + "attn.c_attn.bias"] = torch.cat([W["q_b"][l], W["k_b"][l], W["v_b"][l]], 0)
+            sd[p + "attn.c_proj.weight"], sd[p + "attn.c_proj.bias"] = W["o_w"][l], W["o_b"][l]
+            sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = W["ln2_w"][l], W["ln2_b"][l]
+            sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = W["fc_w"][l], W["fc_b"][l]
+            sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = W["pr_w"][l], W["pr_b"][l]
+        return sd
+
+
+def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
+    check_heads(s, n_embd, n_head, "learned growth")
+
+
+def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr, init_noise, device):
+    from growlm.flops import train_flops_per_token
+
+    s = Shape.of(models[0])
+    _check(s, len(models), n_embd, n_layer, n_head)
+    if rank < 1:
+        raise GrowlmError(f"rank must be >= 1, not {rank}")
+    if steps < 0:
+        raise GrowlmError(f"steps must be >= 0, not {steps}")
+    data = []
+    if steps > 0:
+        if batches is None:
+            raise GrowlmError("a learned growth operator with steps > 0 needs the option batches "
+                              "(an iterable of LongTensor [B, T] token batches)")
+        for b in batches:
+            data.append(torch.as_tensor(b, dtype=torch.long))
+            if len(data) >= steps:
+                break
+        if not data:
+            raise GrowlmError("the option batches is empty")
+        for b in data:
+            if b.dim() != 2 or b.shape[1] > s.T or int(b.max()) >= s.V or int(b.min()) < 0:
+                raise GrowlmError(f"batches must be LongTensor [B, T<={s.T}] of token ids < {s.V}; got {tuple(b.shape)}")
+    h1 = n_embd // s.dh
+    config = target_config(models[0].config, n_embd=n_embd, n_layer=n_layer, n_head=h1)
+    dev = torch.device(device) if device else models[0].transformer.wte.weight.device
+    with torch.enable_grad():
+        op = RingGrowth(models, n_embd=n_embd, n_layer=n_layer, rank=rank, init_noise=float(init_noise),
+                        seed=seed).to(dev)
+        template = empty_model(config)
+        if config.tie_word_embeddings:
+            template.lm_head.weight = template.transformer.wte.weight
+        template.train()
+        flops = 0
+        if steps > 0:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            opt = torch.optim.AdamW(op.parameters(), lr=float(lr), weight_decay=0.0)
+            with FlopCounterMode(display=False) as counter:
+                sd = op.materialise()
+                sum(v.sum() for v in sd.values()).backward()
+            mat_flops = int(counter.get_total_flops())
+            opt.zero_grad(set_to_none=True)
+            per_token = train_flops_per_token(n_embd=n_embd, n_layer=n_layer, vocab_size=s.V,
+                                              context=data[0].shape[1], n_inner=config.n_inner)
+            for step in range(steps):
+                x = data[step % len(data)].to(dev)
+                out = functional_call(template, op.materialise(), args=(), kwargs={"input_ids": x, "labels": x})
+                if not torch.isfinite(out.loss):
+                    raise GrowlmError(f"learned growth: loss is {float(out.loss)} at operator step {step + 1}; "
+                                      f"lower the option lr")
+                out.loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                flops += per_token * x.numel() + mat_flops
+        with torch.no_grad():
+            sd = {k: v.detach().to("cpu") for k, v in op.materialise().items()}
+    model = load_into(empty_model(config), sd)
+    model.growlm_growth_flops = int(flops)
+    return model
+
+
+@operator("ligo", kind="both", exact=False, axis="both", multi=True, check=_check)
+def ligo(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, steps: int = 100,
+         batches=None, lr: float = 1e-3, init_noise: float = 0.01, device: str | None = None):
+    """LiGO: learned width maps and depth mixing (rank-1 ring), trained `steps` steps, then materialised.
+
+    All n members are depth-mixing sources. Options: steps (default 100), batches (iterable of
+    LongTensor [B, T]; required when steps > 0), lr (AdamW, default 1e-3), init_noise (default 0.01,
+    relative), device (default: the members' device). Records model.growlm_growth_flops.
+    """
+    return _learned(models, n_embd=n_embd, n_layer=n_layer, n_head=n_head, seed=seed, rank=1, steps=steps,
+                    batches=batches, lr=lr, init_noise=init_noise, device=device)
+
+
+@operator("mango", kind="both", exact=False, axis="both", multi=True, check=_check)
+def mango(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, rank: int = 2,
+          steps: int = 100, batches=None, lr: float = 1e-3, init_noise: float = 0.01, device: str | None = None):
+    """Mango: the multi-linear growth operator as a tensor ring of bond rank `rank` (rank 1 = LiGO).
+
+    Options as ligo, plus rank (default 2). Records model.growlm_growth_flops.
+    """
+    return _learned(models, n_embd=n_embd, n_layer=n_layer, n_head=n_head, seed=seed, rank=rank, steps=steps,
+                    batches=batches, lr=lr, init_noise=init_noise, device=device)
