@@ -167,6 +167,9 @@ def _daemon_pid(pidfile: Path, name: str) -> int | None:
 
 
 def _munge_ok() -> bool:
+    # without a daemon `munge -n` retries for ~9 s before failing; look for one first
+    if _daemon_pid(MUNGE_PID, "munged") is None and not Path(MUNGE_RUN, "munge.socket.2").exists():
+        return False
     try:
         p = _run("munge -n | unmunge", timeout=10)
     except subprocess.TimeoutExpired:
@@ -275,6 +278,9 @@ def _cluster_ready(host: str) -> bool:
     """Our config is in place and the node is usable (idle, mixed or allocated)."""
     if not (SLURM_CONF.exists() and MARKER in SLURM_CONF.read_text(errors="replace")):
         return False
+    # with no controller, sinfo retries for ~10 s before it fails; look for the daemons first
+    if _daemon_pid(CTLD_PID, "slurmctld") is None or _daemon_pid(SLURMD_PID, "slurmd") is None:
+        return False
     state = _node_state(host).lower().rstrip("*~#$@^-+")
     return state in {"idle", "mixed", "allocated", "completing"}
 
@@ -299,8 +305,12 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
     if os.geteuid() != 0:
         raise ClusterUnavailable("no running local SLURM cluster and not root (cannot start the daemons)")
 
+    def mark(what):
+        info.notes.append(f"{time.monotonic() - t0:6.2f} s  {what}")
+
     try:
         _start_munge(info)
+        mark("munged ok")
         ctld = _daemon_pid(CTLD_PID, "slurmctld")
         slurmd = _daemon_pid(SLURMD_PID, "slurmd")
         if ctld is None or slurmd is None:
@@ -316,6 +326,7 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
             info.started["slurmctld"] = _daemon_pid(CTLD_PID, "slurmctld")
         if not _wait(_ctld_responds, 20):
             raise ClusterUnavailable(f"slurmctld does not answer `scontrol ping`:\n{_tail(info.ctld_log)}")
+        mark("slurmctld answers")
         if slurmd is None:
             p = _run(["/usr/sbin/slurmd"], timeout=30)
             if p.returncode != 0:
@@ -323,6 +334,7 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
             if not _wait(lambda: _daemon_pid(SLURMD_PID, "slurmd") is not None, 10):
                 raise ClusterUnavailable(f"slurmd exited at start:\n{_tail(info.slurmd_log)}")
             info.started["slurmd"] = _daemon_pid(SLURMD_PID, "slurmd")
+            mark("slurmd started")
 
         end = time.monotonic() + 40
         resumed = False
@@ -338,6 +350,7 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
                     f"node {info.host} not idle after 40 s (state {state!r}):\n{reason}\n{_tail(info.slurmd_log)}"
                 )
             time.sleep(0.3)
+        mark(f"node {_node_state(info.host)}")
     except ClusterUnavailable:
         stop_cluster(info)
         raise
@@ -385,10 +398,10 @@ def snakemake_command(
 ) -> list[str]:
     """`python -m snakemake --profile <profile> ...` for the venv running the tests."""
     cmd = [sys.executable, "-m", "snakemake", "--profile", str(profile),
-           "--snakefile", str(snakefile), "--directory", str(workdir)]
-    if configfiles:
+           "--snakefile", str(snakefile), "--directory", str(workdir), *map(str, extra_args)]
+    if configfiles:  # last: `--configfiles` takes every following word (targets included)
         cmd += ["--configfiles", *map(str, configfiles)]
-    return cmd + [str(a) for a in extra_args]
+    return cmd
 
 
 def run_snakemake_on_cluster(
@@ -421,9 +434,5 @@ def popen_snakemake_on_cluster(
     )
 
 
-if __name__ == "__main__":  # manual use: python tests/slurm_cluster.py start|stop-all
-    if len(sys.argv) > 1 and sys.argv[1] == "start":
-        i = start_cluster(".")
-        print(i)
-    else:
-        print(__doc__)
+if __name__ == "__main__":  # manual use: python tests/slurm_cluster.py  (leaves it running)
+    print(start_cluster("."))
