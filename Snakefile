@@ -19,6 +19,7 @@ include: "workflow/rules/tokenizer.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/grow.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/profile.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -29,4 +30,5 @@ rule all:
         "results/report/loss_vs_flops.svg",
         "results/report/comparison.html",
         "results/report/cost_ratio.svg",
+        "results/report/profile.html",
         "results/report/corpus_stats.html",

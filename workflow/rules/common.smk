@@ -15,6 +15,7 @@ from growlm.experiment import (  # noqa: E402
     SINGLE_MEMBER,
     check_experiment,
     coerce_command_line,
+    method_chain,
     is_single_member_control,
     method_id,
     normalise_sweep,
@@ -49,6 +50,7 @@ wildcard_constraints:
     split="train|val|test",
     source="|".join(SOURCES),
     method="|".join(re.escape(m) for m in METHOD_IDS),
+    kind="small|baseline|refine",
 
 
 def combos():
@@ -125,3 +127,50 @@ def train_resources(attempt):
 
 def eval_targets():
     return [f"{d}/metrics.json".replace("results/models/", "results/eval/", 1) for d in model_dirs()]
+
+
+# --- profiling: one small member, M_0 and M'_1 of the first sweep values -----------------------
+PROFILE_KINDS = ["small", "baseline", "refine"]
+
+
+def profile_targets():
+    tools = [t for t in config["profile"]["tools"] if t in ("nsys", "ncu")]
+    return [f"results/profile/{tool}/{kind}/summary.csv" for tool in tools for kind in PROFILE_KINDS]
+
+
+def _first_combo():
+    return combos()[0]
+
+
+def profile_inputs(wildcards):
+    c = _first_combo()
+    level = 0 if wildcards.kind == "small" else 1
+    inputs = {"tokens": f"results/tokens/level{level}/train.npy", "tokenizer": "results/tokenizer/tokenizer.json"}
+    if wildcards.kind == "refine":
+        inputs["grown"] = f"{GROWN.format(**c)}/growth.json"
+    return inputs
+
+
+def profile_args(wildcards):
+    c = _first_combo()
+    small = wildcards.kind == "small"
+    return {
+        "kind": wildcards.kind,
+        "width": int(c["d0"] if small else c["d1"]),
+        "depth": int(c["L0"] if small else c["L1"]),
+        "grown": GROWN.format(**c) if wildcards.kind == "refine" else None,
+    }
+
+
+def configured_growth_options(wildcards):
+    """grow.options of every operator in the method's chain, merged."""
+    opts = {}
+    for name in method_chain(wildcards.method):
+        opts.update(config["grow"]["options"].get(name, {}))
+    return opts
+
+
+def shortest_refine_steps():
+    refine = config["train"].get("refine") or {}
+    batch = refine.get("batch_size", config["train"]["large"]["batch_size"])
+    return min(SWEEP["budgets"]) // (batch * config["model"]["context"])

@@ -4,16 +4,16 @@
 
 rule grow:
     input:
-        member_models,
+        members=member_models,
+        data="results/tokens/level1/train.npy",
     output:
         f"{GROWN}/growth.json",
     params:
         members=member_dirs,
-        options=lambda wc: {
-            k: v
-            for name in wc.method.split("+")
-            for k, v in config["grow"]["options"].get(name, {}).items()
-        },
+        options=configured_growth_options,
+        refine_steps=shortest_refine_steps(),
+        batch_size=config["train"]["large"]["batch_size"],
+        context=config["model"]["context"],
     threads: 1
     resources:
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,

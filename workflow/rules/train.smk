@@ -22,7 +22,6 @@ rule train_small:
         cpus_per_gpu=config["resources"]["cpus_per_gpu"],
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
-    retries: 1
     log:
         "results/logs/train_small/d{d0}_L{L0}_s{seed}_m{member}.log",
     benchmark:
@@ -51,7 +50,6 @@ rule train_baseline:
         cpus_per_gpu=config["resources"]["cpus_per_gpu"],
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
-    retries: 1
     log:
         "results/logs/train_baseline/d{d1}_L{L1}_t{budget}_s{seed}.log",
     benchmark:
@@ -81,7 +79,6 @@ rule refine:
         cpus_per_gpu=config["resources"]["cpus_per_gpu"],
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
-    retries: 1
     log:
         "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_s{seed}.log",
     benchmark:

@@ -3,11 +3,15 @@ from pathlib import Path
 
 import torch
 
-from growlm.jobs import grow, job_log
+from growlm.experiment import method_chain
+from growlm.jobs import grow, growth_options, job_log
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], "grow"):
     torch.set_num_threads(sm.threads)
+    options = growth_options(method_chain(sm.wildcards.method), dict(sm.params.options),
+                             refine_steps=sm.params.refine_steps, data_file=sm.input.data,
+                             batch_size=sm.params.batch_size, context=sm.params.context, seed=int(sm.wildcards.seed))
     grow(member_dirs=sm.params.members, method=sm.wildcards.method, n_embd=int(sm.wildcards.d1),
-         n_layer=int(sm.wildcards.L1), seed=int(sm.wildcards.seed), options=dict(sm.params.options),
+         n_layer=int(sm.wildcards.L1), seed=int(sm.wildcards.seed), options=options,
          out_dir=Path(sm.output[0]).parent)

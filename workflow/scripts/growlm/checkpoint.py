@@ -29,8 +29,52 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    sd = optimizer.state_dict()
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _is_fsdp(model: torch.nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _full_options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _param_fqns(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The first name of each optimizer parameter, in `optimizer.state_dict()` index order."""
+    names = {}
+    for name, p in model.named_parameters():
+        names.setdefault(id(p), name)
+    return [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+
+
+def _optimizer_state_dict(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None) -> dict:
+    """`optimizer.state_dict()`; under FSDP2 the full (gathered) one, a collective, with FQN keys
+    turned back into the indices a plain optimizer uses, so that checkpoints load under any strategy."""
+    if model is None or not _is_fsdp(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
+    if "param_groups" not in sd:  # full state dicts offloaded to the CPU go to rank 0 only
+        return {"state": {}, "param_groups": []}
+    index = {fqn: i for i, fqn in enumerate(_param_fqns(model, optimizer))}
+    groups = [{**g, "params": [index[f] for f in g["params"]]} for g in sd["param_groups"]]
+    return {"state": {index[f]: v for f, v in sd["state"].items()}, "param_groups": groups}
+
+
+def _optimizer_to_flat(optimizer: torch.optim.Optimizer,
+                       model: torch.nn.Module | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = _optimizer_state_dict(optimizer, model)
     tensors, scalars = {}, {}
     for idx, state in sd["state"].items():
         for key, value in state.items():
@@ -41,7 +85,8 @@ def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict,
+                         model: torch.nn.Module | None = None) -> None:
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         idx, name = key.split(".", 1)
@@ -49,11 +94,31 @@ def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: 
     for key, value in meta["scalars"].items():
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
+    if model is not None and _is_fsdp(model):  # every rank holds the full state; FSDP2 shards it
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        fqns = _param_fqns(model, optimizer)
+        groups = [{**g, "params": [fqns[i] for i in g["params"]]} for g in meta["param_groups"]]
+        set_optimizer_state_dict(model, optimizer, {"state": {fqns[i]: v for i, v in state.items()},
+                                                    "param_groups": groups}, options=_full_options())
+        return
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
 def _model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     # safetensors refuses shared storage (tied embeddings): keep the first name of each tensor
+    # DDP's `module.` prefix is dropped and FSDP2 shards are gathered (a collective), so that a
+    # checkpoint loads under any strategy or none
+    model = getattr(model, "module", model)
+    if _is_fsdp(model):
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        full = get_model_state_dict(model, options=_full_options())
+        first = {}  # tied weights come back as copies: keep the first name of each parameter
+        for name, p in model.named_parameters(remove_duplicate=False):
+            first.setdefault(id(p), name)
+        aliases = {n for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
+        return {n: t.detach().contiguous().cpu() for n, t in full.items() if n not in aliases}
     out, seen = {}, set()
     for name, t in model.state_dict().items():
         key = t.data_ptr() if t.numel() else name
@@ -71,10 +136,16 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step_{step:08d}"
     tmp = ckpt_dir / f".tmp_step_{step:08d}"
+    model_tensors = _model_tensors(model)  # collectives under FSDP2: every rank takes part
+    opt_tensors, opt_meta = _optimizer_to_flat(optimizer, model)
+    if _rank() != 0:  # only rank 0 writes; the others wait until the checkpoint is whole
+        import torch.distributed as dist
+
+        dist.barrier()
+        return final
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file(_model_tensors(model), tmp / "model.safetensors")
-    opt_tensors, opt_meta = _optimizer_to_flat(optimizer)
+    save_file(model_tensors, tmp / "model.safetensors")
     save_file(opt_tensors, tmp / "optimizer.safetensors")
     (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
     (tmp / "state.json").write_text(json.dumps(state))
@@ -88,6 +159,10 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     os.replace(tmp, final)
     for old in sorted(ckpt_dir.glob("step_*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
     return final
 
 
@@ -121,14 +196,21 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
             log(f"checkpoint {path} is corrupt ({problem}); falling back to the previous one")
             continue
         tensors = load_file(path / "model.safetensors")
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        core = getattr(model, "module", model)  # DDP: the checkpoint holds the unwrapped names
+        if _is_fsdp(core):
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            missing, unexpected = set_model_state_dict(
+                core, tensors, options=StateDictOptions(full_state_dict=True, strict=False))
+        else:
+            missing, unexpected = core.load_state_dict(tensors, strict=False)
         saved = set(tensors)
-        shared = {n for n, t in model.state_dict().items() if n not in saved}
+        shared = {n for n, t in core.state_dict().items() if n not in saved}
         if unexpected or (set(missing) - shared):
             raise RuntimeError(f"checkpoint {path} does not fit the model "
                                f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
         _optimizer_from_flat(optimizer, load_file(path / "optimizer.safetensors"),
-                             json.loads((path / "optimizer.json").read_text()))
+                             json.loads((path / "optimizer.json").read_text()), core)
         state = json.loads((path / "state.json").read_text())
         log(f"resumed from checkpoint {path.name} (step {state['step']})")
         return state

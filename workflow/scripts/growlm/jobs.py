@@ -64,7 +64,7 @@ def clean_level(source_files: list[str], names: list[str], level: int, out_dir: 
         sources, Path(out_dir), val_fraction=corpus_cfg["val_fraction"],
         test_fraction=corpus_cfg["test_fraction"], min_words=corpus_cfg["min_words"],
         max_words=corpus_cfg["max_words"])
-    stats = {"level": level, "sources": len(names), **stats}
+    stats = {"level": level, **stats}
     Path(stats_file).write_text(json.dumps(stats, indent=2, default=float))
     _log(f"level {level}: {json.dumps(stats, default=float)}")
 
@@ -112,6 +112,33 @@ def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, s
                                  "shard": list(shard) if shard else None})
 
 
+RAMPED = {"concat": ("ramp_steps", "ln_ramp_steps"), "msg": ("ramp_steps",)}
+LEARNED = ("ligo", "mango")
+
+
+def growth_options(chain: list[str], options: dict, *, refine_steps: int, data_file=None, batch_size: int = 16,
+                   context: int = 128, seed: int = 0) -> dict:
+    """The options a grow job passes: the config's, plus mask ramps that end within the shortest
+    refinement (a fifth of it unless configured) and, for learned operators, level-1 batches."""
+    from growlm.growth import options_of
+
+    opts = dict(options)
+    for name in chain:
+        for key in RAMPED.get(name, ()):
+            if key in options_of(name) and key not in opts:
+                opts[key] = max(1, refine_steps // 5)
+        if name in LEARNED and "batches" not in opts and opts.get("steps", 1):
+            from growlm.data import BatchSampler, load_tokens
+
+            sampler = BatchSampler(load_tokens(data_file), batch_size=batch_size, context=context, seed=seed + 7919)
+            opts["batches"] = [sampler.batch(i)[0] for i in range(int(opts.get("steps", 100)))]
+    for key in ("ramp_steps", "ln_ramp_steps"):
+        if opts.get(key, 0) > refine_steps:
+            raise GrowlmError(f"grow.options {key}={opts[key]} is longer than the refinement ({refine_steps} steps): "
+                              "the grown model could not become a plain GPT-2 by the end of training")
+    return opts
+
+
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict,
          out_dir) -> None:
     """Combine the trained members into M'_1 with a growth operator; record its cost."""
@@ -133,8 +160,9 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     for d in dict.fromkeys(str(d) for d in member_dirs):  # m_1 fed n times (control) costs once
         meta = json.loads((Path(d) / "growlm.json").read_text())
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+    shown = {k: v for k, v in options.items() if k != "batches"}
     (Path(out_dir) / "growth.json").write_text(json.dumps(
-        {"method": method, "chain": chain, "options": options, "growth_flops": flops, "growth_wall_s": wall,
+        {"method": method, "chain": chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
          "members": member_cost}, indent=2))
     _log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 

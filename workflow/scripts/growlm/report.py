@@ -26,8 +26,18 @@ def _html_page(title: str, body: str) -> str:
 
 
 def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.DataFrame:
-    rows = [json.loads(Path(f).read_text()) for f in stats_files]
+    rows = []
+    for f in stats_files:
+        stats = json.loads(Path(f).read_text())
+        per_source = stats.pop("sources")
+        if isinstance(per_source, dict):  # sentences kept per source
+            stats["sources"] = len(per_source)
+            stats["books"] = ", ".join(per_source)
+        else:
+            stats["sources"] = per_source
+        rows.append(stats)
     df = pd.json_normalize(rows).sort_values("level")
+    df.columns = [c.replace("splits.", "").replace(".", " ") for c in df.columns]
     df.to_csv(csv_file, index=False)
     html = df.to_html(index=False, float_format=lambda v: f"{v:.2f}", table_id="corpus-stats")
     Path(html_file).write_text(_html_page("Corpus statistics", f"<h3>Corpus statistics per reading level</h3>{html}"))
@@ -124,3 +134,34 @@ def cost_ratio_plot(comparison_csv, out_svg) -> None:
     fig.tight_layout()
     fig.savefig(out_svg)
     plt.close(fig)
+
+
+def profile_html(summary_files: list[str], curves_csv, out_html) -> None:
+    """The report's Profile section: per tool and model kind, phases, memory, top kernels, cost."""
+    parts = ["<h3>Profile</h3>"]
+    curves = pd.read_csv(curves_csv)
+    last = curves.sort_values("step").groupby(["arm", "seed", "d0", "d1", "n", "method", "budget"]).tail(1)
+    cost = last.assign(TFLOPs=last["flops"] / 1e12, achieved_GFLOP_per_s=last["flops"] / last["wall_s"] / 1e9)
+    cost = cost[["arm", "method", "d0", "d1", "n", "seed", "TFLOPs", "wall_s", "achieved_GFLOP_per_s",
+                 "peak_mem_mb"]].drop_duplicates(subset=["arm", "d0", "d1", "n", "seed"])
+    parts.append("<h4>Training cost per model (whole runs): TFLOPs by growlm.flops and measured time</h4>")
+    parts.append(cost.to_html(index=False, float_format=lambda v: f"{v:.3f}", table_id="profile-cost"))
+    for summary_file in summary_files:
+        folder = Path(summary_file).parent
+        tool, kind = folder.parent.name, folder.name
+        summary = pd.read_csv(summary_file)
+        made_by = summary["profiler"].iloc[0] if len(summary) else "none"
+        parts.append(f"<h4>{kind}: requested {tool}, tables made by <code>{made_by}</code></h4>")
+        parts.append(summary.to_html(index=False, na_rep="", table_id=f"summary-{tool}-{kind}"))
+        phases = pd.read_csv(folder / "phases.csv")
+        if len(phases):
+            parts.append(phases.to_html(index=False, float_format=lambda v: f"{v:.3f}"))
+        kernels = pd.read_csv(folder / "kernels.csv").head(10)
+        if len(kernels):
+            parts.append(f"<p>Top {len(kernels)} kernels / operators by time</p>")
+            parts.append(kernels.to_html(index=False, float_format=lambda v: f"{v:.3f}"))
+        metrics = folder / "ncu_metrics.csv"
+        if metrics.is_file():
+            parts.append("<p>Nsight Compute metrics of the measured kernels</p>")
+            parts.append(pd.read_csv(metrics).to_html(index=False, float_format=lambda v: f"{v:.2f}"))
+    Path(out_html).write_text(_html_page("Profile", "".join(parts)))
