@@ -66,7 +66,7 @@ def test_lint_is_clean(workflow_dir):
 @pytest.mark.slow
 def test_tiny_run_makes_the_report(tiny_run):
     comparison = list(csv.DictReader(open(tiny_run / "results/eval/comparison.csv")))
-    assert len(comparison) == 2  # the method and its single-member control
+    assert len(comparison) == 4  # two methods and their single-member controls
     row = comparison[0]
     assert float(row["ensemble_test_loss"]) > 0
     assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
@@ -85,8 +85,8 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
     counts = job_counts(out)
     assert counts.get("train_small") == 1  # only m3
     assert "train_baseline" not in counts and "fit_tokenizer" not in counts and "clean_level" not in counts
-    assert counts.get("grow") == 2 and counts.get("refine") == 2  # the method and its control at n=3
-    assert counts.get("evaluate_model") == 3  # m3 and the two new M_1
+    assert counts.get("grow") == 4 and counts.get("refine") == 4  # two methods and their controls at n=3
+    assert counts.get("evaluate_model") == 5  # m3 and the four new M_1
     assert counts.get("evaluate_ensemble") == 1
     assert counts.get("compare") == 1 and counts.get("report_figures") == 1
 
@@ -100,9 +100,41 @@ def test_grown_model_preserves_the_member_before_training(tiny_run):
     from growlm.model import load_model
 
     member = load_model(tiny_run / "results/models/small/d16_L1/s0/m1")
-    grown_dir = next((tiny_run / "results/models/grown").glob("*/*/n2/s0"))
+    grown_dir = tiny_run / "results/models/grown/hyperclone+zero_block/d16_L1_to_d32_L2/n2/s0"
     grown = load_grown(grown_dir)
     x = torch.randint(0, member.config.vocab_size, (2, 32))
     with torch.no_grad():
         diff = (grown(input_ids=x).logits - member(input_ids=x).logits).abs().max().item()
     assert diff < 1e-4
+
+    # concat of both members: M'_1 is exactly their logit-average ensemble before training
+    from growlm.model import LogitEnsemble
+
+    second = load_model(tiny_run / "results/models/small/d16_L1/s0/m2")
+    concat = load_grown(tiny_run / "results/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0")
+    with torch.no_grad():
+        ens = LogitEnsemble([member, second])(input_ids=x).logits
+        diff = (concat(input_ids=x).logits - ens).abs().max().item()
+    assert diff < 1e-4
+
+
+def test_dry_run_over_every_registered_method(workflow_dir):
+    """Every operator in growlm.growth.METHODS (in a chain reaching d1, L1) and the V-cycle plan."""
+    from growlm.growth.registry import OPERATORS
+
+    chains = []
+    for name, op in sorted(OPERATORS.items()):
+        if op.kind == "width":
+            chains.append(f"[{name},zero_block]")
+        elif op.kind == "depth":
+            chains.append(f"[hyperclone,{name}]")
+        else:
+            chains.append(name)
+    chains = sorted(set(chains)) + ["vcycle"]  # hyperclone and zero_block give the same chain
+    out = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--config",
+                        f"methods=[{','.join(chains)}]", "L0=2", "L1=4").stdout
+    counts = job_counts(out)
+    n_chains = len(chains) - 1
+    assert n_chains == len(OPERATORS) - 1
+    assert counts["grow"] == 2 * n_chains + 1  # each with its single-member control, and the V-cycle
+    assert counts["refine"] == 2 * n_chains + 1

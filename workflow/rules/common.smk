@@ -12,6 +12,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from growlm.experiment import (  # noqa: E402
+    SCHEDULES,
     SINGLE_MEMBER,
     check_experiment,
     coerce_command_line,
@@ -34,7 +35,7 @@ SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
 if config["controls"]["single_member"]:
-    METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS]
+    METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS if m not in SCHEDULES]
 
 
 wildcard_constraints:
@@ -101,6 +102,8 @@ def member_dirs(wildcards):
 
 
 def member_models(wildcards):
+    if wildcards.method in SCHEDULES:  # the V-cycle reuses no small model
+        return []
     return [f"{d}/model.safetensors" for d in member_dirs(wildcards)]
 
 

@@ -6,10 +6,12 @@ rule grow:
     input:
         members=member_models,
         data="results/tokens/level1/train.npy",
+        val="results/tokens/level1/val.npy",
+        tokenizer="results/tokenizer/tokenizer.json",
     output:
         f"{GROWN}/growth.json",
     params:
-        members=member_dirs,
+        members=lambda wc: [] if wc.method in SCHEDULES else member_dirs(wc),
         options=configured_growth_options,
         refine_steps=shortest_refine_steps(),
         batch_size=config["train"]["large"]["batch_size"],

@@ -115,7 +115,12 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
         row["ensemble_test_loss"] = float(_metrics(ens).get("loss", math.nan))
     from growlm.experiment import is_single_member_control
 
-    row["arm"] = "control: m_1 only" if is_single_member_control(combo["method"]) else "grown from n members"
+    if is_single_member_control(combo["method"]):
+        row["arm"] = "control: m_1 only"
+    elif not growth["members"]:
+        row["arm"] = "schedule (no small model)"
+    else:
+        row["arm"] = "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
     c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, **keys)
     c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, **keys)

@@ -17,6 +17,7 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+SCHEDULES = ("vcycle",)  # methods that are training schedules, not growth operators of members
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
 
 
@@ -89,8 +90,13 @@ def check_experiment(config: dict, sweep: dict) -> None:
     if METHODS is not None:
         for m in sweep["methods"]:
             for name in method_chain(m):
+                if name in SCHEDULES:
+                    if len(method_chain(m)) > 1:
+                        raise ValueError(f"{name} is a training schedule and cannot be chained")
+                    continue
                 if name not in METHODS:
-                    raise ValueError(f"unknown growth method {name!r} in methods; known: {', '.join(METHODS)}")
+                    raise ValueError(f"unknown growth method {name!r} in methods; known: "
+                                     f"{', '.join([*METHODS, *SCHEDULES])}")
     levels = {int(s["level"]) for s in config["corpus"]["sources"]}
     for needed in (0, 1):
         if needed not in levels:

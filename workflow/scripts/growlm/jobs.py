@@ -167,6 +167,36 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     _log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 
+def vcycle(*, config: dict, n_embd: int, n_layer: int, seed: int, train_file, val_file, vocab_size: int,
+           out_dir) -> None:
+    """The Multi-Level V-cycle as one more arm (it reuses no small model): M_0's own initialisation
+    is coalesced to a model `factor` times narrower and shallower, trained on level 1 for
+    `vcycle.tokens` tokens (its FLOPs are the growth cost), de-coalesced and interpolated with the
+    initialisation (theta = (1 - alpha) theta_init + alpha theta_decoalesced); refine trains on."""
+    from growlm.experiment import model_kwargs, train_config
+    from growlm.growth import save_grown
+    from growlm.growth.multilevel import coalesce, decoalesce, interpolate
+    from growlm.model import build_model
+
+    vc = config["vcycle"]
+    k = int(vc["factor"])
+    if n_embd % k or n_layer % k or (n_embd // k) % config["model"]["head_dim"]:
+        raise GrowlmError(f"vcycle factor {k} does not divide width {n_embd} and depth {n_layer} into whole heads")
+    init = build_model(seed=seed, **model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size))
+    small = coalesce(init, n_embd=n_embd // k, n_layer=max(1, n_layer // k))
+    cfg = train_config(config, "large", seed=seed + 104729, device=choose_device(), tokens=int(vc["tokens"]))
+    cfg.lr = float(vc["lr"])
+    out_dir = Path(out_dir)
+    summary = _train_and_save(small, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir / "coalesced",
+                              tokenizer_dir=None, info={"role": "vcycle coalesced model"})
+    grown = interpolate(init, decoalesce(small.cpu(), n_embd=n_embd, n_layer=n_layer), alpha=float(vc["alpha"]))
+    save_grown(grown, out_dir)
+    (out_dir / "growth.json").write_text(json.dumps(
+        {"method": "vcycle", "chain": ["vcycle"], "options": vc, "growth_flops": summary["flops"],
+         "growth_wall_s": summary["wall_s"], "members": []}, indent=2))
+    _log(f"V-cycle: coalesced x{k}, trained {summary['tokens']} tokens, interpolated with alpha {vc['alpha']}")
+
+
 def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir,
            tokens: int | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW, short re-warm-up)."""

@@ -19,13 +19,28 @@ from growlm.experiment import model_kwargs, train_config
 from growlm.jobs import choose_device
 
 
-def build(kind: str, config: dict, *, width: int, depth: int, vocab: int, grown_dir: str | None):
-    if kind == "refine":
+def build(kind: str, config: dict, *, width: int, depth: int, vocab: int, grown_dir: str | None,
+          random_members: str | None = None):
+    """The model to profile. For kind 'refine' without a grown folder, `random_members`
+    ('METHOD:N:D0:L0') grows freshly initialised members: the same shapes and kernels as a real
+    M'_1, for profiling on a machine where no members were trained."""
+    from growlm.model import build_model
+
+    if kind == "refine" and grown_dir:
         from growlm.growth import load_grown
 
         return load_grown(grown_dir)
-    from growlm.model import build_model
+    if kind == "refine":
+        from growlm.growth import grow
 
+        method, n, d0, l0 = random_members.split(":")
+        members = [build_model(seed=i, **model_kwargs(config, n_embd=int(d0), n_layer=int(l0), vocab_size=vocab))
+                   for i in range(int(n))]
+        from growlm.jobs import growth_options
+
+        chain = method.split("+")  # masks stay mid-ramp: the masked kernels of early refinement
+        return grow(members, chain, n_embd=width, n_layer=depth, seed=0,
+                    **growth_options(chain, {}, refine_steps=10**6))
     return build_model(seed=0, **model_kwargs(config, n_embd=width, n_layer=depth, vocab_size=vocab))
 
 
@@ -38,6 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--tokens", required=True, help="token file (.npy) to train on")
     ap.add_argument("--grown", default=None, help="grown model folder (kind refine)")
+    ap.add_argument("--random-members", default="concat:2:64:4",
+                    help="kind refine without --grown: METHOD:N:D0:L0 grown from fresh members")
     ap.add_argument("--steps", type=int, required=True, help="warm-up + captured steps")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -50,8 +67,14 @@ def main(argv=None) -> int:
     cfg.eval_interval = args.steps  # one evaluation, at the end (the "eval" phase)
     cfg.eval_tokens = min(cfg.eval_tokens, 4 * cfg.batch_size * cfg.context)
     cfg.checkpoint_every = 10**9
-    model = build(args.kind, config, width=args.width, depth=args.depth, vocab=args.vocab, grown_dir=args.grown)
-    tokens = load_tokens(args.tokens)
+    model = build(args.kind, config, width=args.width, depth=args.depth, vocab=args.vocab, grown_dir=args.grown,
+                  random_members=args.random_members)
+    if args.tokens.startswith("random:"):  # random token ids: profiling needs no real text
+        import numpy as np
+
+        tokens = np.random.default_rng(0).integers(0, args.vocab, int(args.tokens[7:])).astype(np.uint16)
+    else:
+        tokens = load_tokens(args.tokens)
     with tempfile.TemporaryDirectory() as tmp:
         train(model, tokens, tokens, cfg, ckpt_dir=f"{tmp}/ckpt", ledger_path=f"{tmp}/ledger.csv", log=print)
     return 0

@@ -1,0 +1,82 @@
+"""The savings benchmark: how much compute does growing from small models save?
+
+Runs the workflow with bench/savings.yaml (3 seeds, 3 budgets, the growth methods and controls) in
+bench/run/, then summarises results/eval/comparison.csv into bench/RESULTS.md:
+
+  cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 first reaches
+                M_0's final validation loss) / M_0's total FLOPs
+
+per method and budget, with the spread over seeds, the same in wall-clock seconds, the ratio with
+the small models treated as free (labelled so), and the loss gap at equal total FLOPs.
+
+    python bench/savings.py            # run (about 40 min on 2 cores) and summarise
+    python bench/savings.py --summarise-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = REPO / "bench" / "run"
+
+
+def run_workflow(cores: int, extra: list[str]) -> None:
+    RUN.mkdir(parents=True, exist_ok=True)
+    for name in ("resources",):
+        link = RUN / name
+        if not link.exists():
+            link.symlink_to(REPO / name)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(RUN),
+           "--configfile", str(REPO / "config.yaml"), str(REPO / "bench" / "savings.yaml"), "--cores", str(cores),
+           "--workflow-profile", "none", *extra]
+    print(" ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def summarise(comparison_csv: Path) -> tuple[pd.DataFrame, str]:
+    df = pd.read_csv(comparison_csv)
+    df["reached"] = df["m1_flops_to_m0_loss"].notna()
+    g = df.groupby(["method", "budget"])
+    table = g.agg(seeds=("seed", "nunique"), reached=("reached", "sum"),
+                  cost_ratio_mean=("cost_ratio", "mean"), cost_ratio_std=("cost_ratio", "std"),
+                  cost_ratio_small_free_mean=("cost_ratio_small_free", "mean"),
+                  wall_ratio_mean=("wall_ratio", "mean"),
+                  loss_gap_equal_flops_mean=("loss_gap_equal_flops", "mean"),
+                  m0_final_val_loss=("m0_final_val_loss", "mean"),
+                  m1_final_val_loss=("m1_final_val_loss", "mean"),
+                  ensemble_test_loss=("ensemble_test_loss", "mean")).reset_index()
+    full = table[table["reached"] == table["seeds"]]  # a method counts only if every seed got there
+    if len(full):
+        best = full.sort_values("cost_ratio_mean").iloc[0]
+        headline = (f"headline: cost_ratio={best['cost_ratio_mean']:.3f} method={best['method']} "
+                    f"seeds={int(best['seeds'])}")
+    else:
+        headline = "headline: cost_ratio=nan method=none seeds=0"
+    return table, headline
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--out", default=str(REPO / "bench" / "savings_summary.csv"))
+    args, extra = ap.parse_known_args(argv)
+    if not args.summarise_only:
+        run_workflow(args.cores, extra)
+    table, headline = summarise(RUN / "results" / "eval" / "comparison.csv")
+    table.to_csv(args.out, index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False))
+    print(headline)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
