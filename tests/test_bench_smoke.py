@@ -1,0 +1,67 @@
+"""The benchmarks run (no timing is asserted), the reference model is HF's GPT-2, the fused loss is exact."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "workflow" / "scripts"), "PYTHONUNBUFFERED": "1"}
+
+
+def _run(*args: str, timeout: int = 120) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_throughput_quick_prints_a_positive_ratio():
+    out = _run("bench/throughput.py", "--quick")
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"throughput_ratio=([0-9.]+)", last)
+    assert m, out[-2000:]
+    assert float(m.group(1)) > 0
+
+
+def test_gpu_bench_cpu_smoke(tmp_path):
+    out = _run("bench/gpu.py", "--cpu-smoke", "--out", str(tmp_path / "r.csv"))
+    assert "MFU n/a" in out
+    lines = (tmp_path / "r.csv").read_text().strip().splitlines()
+    assert lines[0].startswith("d,") and len(lines) == 3
+
+
+def test_reference_model_is_hf_gpt2():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from reference_loop import RefGPT
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    from growlm.model import build_model
+
+    hf = build_model(seed=0, n_embd=32, n_layer=2, vocab_size=100, n_positions=16, head_dim=8)
+    ref = RefGPT.like(hf.config).load_hf_weights(hf)
+    x = torch.randint(0, 100, (3, 16))
+    assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in hf.parameters())
+    torch.testing.assert_close(ref(x), hf(input_ids=x).logits, rtol=0, atol=1e-5)
+
+
+def test_fused_head_loss_matches_cross_entropy():
+    from growlm.model import build_model
+    from growlm.train import lm_loss
+
+    model = build_model(seed=0, n_embd=32, n_layer=1, vocab_size=4096, n_positions=32, head_dim=8)
+    x, y = torch.randint(0, 4096, (20, 32)), torch.randint(0, 4096, (20, 32))  # 640 rows: 3 chunks
+    loss, logits = lm_loss(model, x, y)
+    loss.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    fused, none = lm_loss(model, x, y, logits=False)
+    assert none is None and logits.shape == (20, 32, 4096)
+    (fused * 3).backward()
+    torch.testing.assert_close(fused, loss)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, 3 * want[n], rtol=1e-4, atol=1e-6, msg=n)
