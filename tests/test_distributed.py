@@ -1,0 +1,113 @@
+"""Two CPU processes (torchrun, gloo) under DDP and FSDP2 follow the same loss curve as one process
+with the same global batch (relative tolerance 1e-4); only rank 0 writes; checkpoints are
+strategy-independent. About 40 s on two cores (two torchrun launches)."""
+
+import csv
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from growlm import plan as P
+from growlm.distributed import launch_command
+from growlm.model import build_model, load_model
+from growlm.train import TrainConfig, train
+
+V, T = 128, 16
+MODEL = dict(n_embd=32, n_layer=2, vocab_size=V, n_positions=T, head_dim=8, seed=0)
+TRAIN = dict(tokens=8 * T * 10, batch_size=8, context=T, lr=3e-3, warmup_steps=2, eval_interval=5, eval_tokens=512,
+             checkpoint_every=4, dense_log_steps=10, seed=1)
+REL = 1e-4
+
+
+def tokens(n=20000, seed=0):
+    rng = np.random.default_rng(seed)
+    base = np.tile(np.arange(V, dtype=np.uint16), n // V + 1)[:n]
+    noise = rng.integers(0, V, n).astype(np.uint16)
+    return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
+
+
+def losses(ledger: Path) -> list[tuple[int, str, float]]:
+    out = []
+    for r in csv.DictReader(open(ledger)):
+        for col in ("train_loss", "val_loss"):
+            if r[col]:
+                out.append((int(r["step"]), col, float(r[col])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    np.save(d / "tok.npy", tokens())
+    (d / "model.json").write_text(json.dumps(MODEL))
+    (d / "train.json").write_text(json.dumps(TRAIN))
+    # the reference: one process, the whole global batch at once
+    spec = dict(MODEL)
+    model = build_model(seed=spec.pop("seed"), **spec)
+    data = np.load(d / "tok.npy")
+    train(model, data, data, TrainConfig(**TRAIN), ckpt_dir=d / "ref_ck", ledger_path=d / "ref.csv", log=lambda s: None)
+    return d
+
+
+def run_torchrun(d: Path, name: str, strategy: str, micro: int):
+    base = P.make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
+                       device="cpu", memory_limit_gb=1, measure=False)
+    plan = dataclasses.replace(base, strategy=strategy, micro_batch_size=micro, grad_accum_steps=4 // micro)
+    P.write_plan(plan, d / f"{name}_plan.json")
+    args = ["--model-config", d / "model.json", "--train-file", d / "tok.npy", "--val-file", d / "tok.npy",
+            "--train-config", d / "train.json", "--plan", d / f"{name}_plan.json", "--ckpt-dir", d / f"{name}_ck",
+            "--ledger", d / f"{name}.csv", "--out-dir", d / f"{name}_model", "--summary", d / f"{name}.json",
+            "--device", "cpu"]
+    cmd = launch_command(2, args)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=d)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def check_same_curve(d: Path, name: str):
+    ref, got = losses(d / "ref.csv"), losses(d / f"{name}.csv")
+    assert [(s, c) for s, c, _ in got] == [(s, c) for s, c, _ in ref]
+    for (step, col, a), (_, _, b) in zip(ref, got):
+        assert b == pytest.approx(a, rel=REL), (name, step, col, a, b)
+    summary = json.loads((d / f"{name}.json").read_text())
+    ref_rows = list(csv.DictReader(open(d / "ref.csv")))
+    assert summary["world"] == 2 and summary["flops"] == int(ref_rows[-1]["flops"])  # FLOPs of the global batch
+
+
+@pytest.mark.parametrize("strategy,micro", [("ddp", 2), ("fsdp", 4)])
+def test_two_processes_match_one(setup, strategy, micro):
+    d = setup
+    proc = run_torchrun(d, strategy, strategy, micro)
+    check_same_curve(d, strategy)
+    # rank 0 alone wrote: one ledger, whole checkpoints, one saved model that loads without torchrun
+    assert proc.stdout.count("step 10/10") == 1
+    assert sorted(p.name for p in (d / f"{strategy}_ck").iterdir()) == ["step_00000004", "step_00000008"]
+    assert not list((d / f"{strategy}_ck").glob(".tmp*"))
+    model = load_model(d / f"{strategy}_model")
+    assert (d / f"{strategy}_model" / "ledger.csv").is_file()
+    # the checkpoint is strategy-independent: a single process resumes from it, bit-for-bit the state
+    from growlm import checkpoint
+    from growlm.train import make_optimizer
+
+    spec = dict(MODEL)
+    fresh = build_model(seed=99, **{k: v for k, v in spec.items() if k != "seed"})
+    state = checkpoint.load_latest(d / f"{strategy}_ck", fresh, make_optimizer(fresh, TrainConfig(**TRAIN)),
+                                   log=lambda s: None)
+    assert state["step"] == 8
+    assert any(p.abs().sum() > 0 for p in fresh.parameters())
+    assert model.config.n_embd == MODEL["n_embd"]
+
+
+def test_launch_command():
+    cmd = launch_command(4, ["--plan", "p.json"], python="/usr/bin/python3")
+    assert cmd == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m",
+                   "growlm.distributed", "--plan", "p.json"]
+    with pytest.raises(Exception):
+        launch_command(0, [])
