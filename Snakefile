@@ -14,6 +14,19 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Cheap bookkeeping runs on the submitting host, not as cluster jobs.
+localrules:
+    all,
+    fetch_source,
+    corpus_stats,
+    compare,
+    report_figures,
+    profile_report,
+    plans_table,
+
+
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/tokenizer.smk"
 include: "workflow/rules/train.smk"
@@ -31,4 +44,5 @@ rule all:
         "results/report/comparison.html",
         "results/report/cost_ratio.svg",
         "results/report/profile.html",
+        "results/report/plans.html",
         "results/report/corpus_stats.html",

@@ -375,3 +375,35 @@ def test_preemption_requeue_resumes_without_snakemake_retry(cluster, tmp_path):
     result = json.loads((tmp_path / "train" / "result.json").read_text())
     assert result["job"] == job
     assert result["resumed_from"] >= step > 0, lines
+
+
+def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
+    """The real workflow (tiny config, one method, GPU jobs on the fake GPU) through
+    profiles/slurm-local; the scheduler shows the training jobs with the resources they asked for."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from conftest import REPO, TINY, copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    overlay = wd / "slurm_overlay.yaml"
+    overlay.write_text(
+        "methods: [[hyperclone, zero_block]]\n"
+        "controls: {single_member: false, ensemble: false}\n"
+        "profile: {tools: []}\n"
+        "resources: {gpu: 1, cpus_per_gpu: 1, mem_mb: 900, runtime: 15}\n"
+        "train: {threads: 1}\n"
+    )
+    proc = run_snakemake_on_cluster(wd, wd / "Snakefile", configfiles=(TINY, overlay),
+                                    extra_args=("results/eval/comparison.csv", "--verbose"), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert (wd / "results/eval/comparison.csv").stat().st_size > 100
+    sbatch = [line for line in proc.stdout.splitlines() if line.startswith("sbatch ") and "rule_train_baseline" in line]
+    assert sbatch, "no sbatch line for train_baseline"
+    assert "--gpus=1" in sbatch[0] and "--mem 900" in sbatch[0] and "-t 15" in sbatch[0], sbatch[0]
+    # ask the scheduler itself (MinJobAge keeps finished jobs visible)
+    logs = list((wd / ".snakemake" / "slurm_logs" / "rule_train_baseline").rglob("*.log"))
+    assert logs, "no SLURM log of train_baseline"
+    job_id = re.search(r"(\d+)\.log$", logs[0].name).group(1)
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    assert "JobState=COMPLETED" in shown, shown
+    assert "TimeLimit=00:15:00" in shown and re.search(r"gres/gpu[:=]1|gpu:1", shown), shown
+    assert re.search(r"mem=900M", shown), shown

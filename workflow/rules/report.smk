@@ -49,3 +49,22 @@ rule report_figures:
         "../../envs/growlm.yaml"
     script:
         "../scripts/report_figures.py"
+
+
+rule plans_table:
+    input:
+        [f"{d}/plan.json" for d in model_dirs()],
+    output:
+        report(
+            "results/report/plans.html",
+            caption="../report/plans.rst",
+            category="2. Training",
+        ),
+    log:
+        "results/logs/plans_table.log",
+    benchmark:
+        "results/benchmarks/plans_table.tsv"
+    conda:
+        "../../envs/growlm.yaml"
+    script:
+        "../scripts/plans_table.py"

@@ -12,6 +12,7 @@ rule train_small:
         model=f"{SMALL}/model.safetensors",
         config=f"{SMALL}/config.json",
         ledger=f"{SMALL}/ledger.csv",
+        plan=f"{SMALL}/plan.json",
     params:
         train=config["train"],
         model=config["model"],
@@ -41,6 +42,7 @@ rule train_baseline:
         model=f"{BASELINE}/model.safetensors",
         config=f"{BASELINE}/config.json",
         ledger=f"{BASELINE}/ledger.csv",
+        plan=f"{BASELINE}/plan.json",
     params:
         train=config["train"],
         model=config["model"],
@@ -70,6 +72,7 @@ rule refine:
         model=f"{REFINED}/model.safetensors",
         config=f"{REFINED}/config.json",
         ledger=f"{REFINED}/ledger.csv",
+        plan=f"{REFINED}/plan.json",
     params:
         train=config["train"],
         model=config["model"],

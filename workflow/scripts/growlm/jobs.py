@@ -71,11 +71,30 @@ def clean_level(source_files: list[str], names: list[str], level: int, out_dir: 
 
 # --- training ---------------------------------------------------------------------------------
 
+def _plan_for(model, cfg, ckpt: Path, memory_limit_gb: float | None):
+    """The memory plan of this job: the one a previous attempt left (it may have been stepped down
+    after an out-of-memory error), else a new one; written beside the checkpoints."""
+    from growlm.plan import make_plan, read_plan, write_plan
+
+    path = ckpt / "plan.json"
+    if path.is_file():
+        plan = read_plan(path)
+        _log(f"memory plan from the previous attempt: {plan.describe()}")
+        return plan, path
+    plan = make_plan(getattr(model, "config"), context=cfg.context, global_batch=cfg.batch_size, n_devices=1,
+                     memory_limit_gb=memory_limit_gb, device=cfg.device, log=_log)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    write_plan(plan, path)
+    return plan, path
+
+
 def _train_and_save(model, cfg, *, train_file, val_file, out_dir, tokenizer_dir, info: dict,
-                    shard: tuple[int, int] | None = None) -> dict:
+                    shard: tuple[int, int] | None = None, memory_limit_gb: float | None = None) -> dict:
+    import copy
+
     from growlm.data import load_tokens, shard as take_shard
     from growlm.model import save_model
-    from growlm.train import train
+    from growlm.plan import train_with_replanning
 
     train_tokens = load_tokens(train_file)
     if shard is not None:
@@ -86,11 +105,20 @@ def _train_and_save(model, cfg, *, train_file, val_file, out_dir, tokenizer_dir,
     _log(f"training {info.get('role')} ({sum(p.numel() for p in model.parameters())} parameters) for "
          f"{cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens on {cfg.device}; checkpoints in {ckpt}")
     ledger_tmp = ckpt / "ledger.csv"
-    summary = train(model, train_tokens, val_tokens, cfg, ckpt_dir=ckpt, ledger_path=ledger_tmp, log=_log)
+    plan, plan_path = _plan_for(model, cfg, ckpt, memory_limit_gb)
+    initial = copy.deepcopy(model.state_dict())  # a re-planned attempt starts from these weights
+
+    def fresh_model():
+        model.load_state_dict(initial)
+        return model
+
+    summary = train_with_replanning(fresh_model, train_tokens, val_tokens, cfg, plan, ckpt_dir=ckpt,
+                                    ledger_path=ledger_tmp, plan_path=plan_path, log=_log)
     if hasattr(model, "to_gpt2"):
         model = model.to_gpt2()
     save_model(model, out_dir, tokenizer_dir=tokenizer_dir, extra={**info, "train": summary})
     shutil.copy(ledger_tmp, out_dir / "ledger.csv")
+    shutil.copy(plan_path, out_dir / "plan.json")
     _log(f"saved {out_dir}; final val loss {summary['final_val_loss']}")
     return summary
 
@@ -108,6 +136,7 @@ def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, s
     cfg = train_config(config, stage, seed=seed, device=choose_device(), tokens=tokens)
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, shard=shard,
+                           memory_limit_gb=config["resources"].get("memory_limit_gb"),
                            info={"role": role, "init_seed": init_seed, "data_seed": seed,
                                  "shard": list(shard) if shard else None})
 
@@ -208,7 +237,8 @@ def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenize
     cfg = train_config(config, "refine", seed=seed, device=choose_device(), tokens=tokens)
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, info={"role": "refined", "growth": growth,
-                                                              "data_seed": seed})
+                                                              "data_seed": seed},
+                           memory_limit_gb=config["resources"].get("memory_limit_gb"))
 
 
 def evaluate_model(*, model_dir, test_files: dict[int, str], context: int, max_tokens: int, out_file) -> dict:

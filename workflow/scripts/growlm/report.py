@@ -165,3 +165,22 @@ def profile_html(summary_files: list[str], curves_csv, out_html) -> None:
             parts.append("<p>Nsight Compute metrics of the measured kernels</p>")
             parts.append(pd.read_csv(metrics).to_html(index=False, float_format=lambda v: f"{v:.2f}"))
     Path(out_html).write_text(_html_page("Profile", "".join(parts)))
+
+
+def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
+    """The memory plan every training job ran with (growlm.plan), one row per job."""
+    rows = []
+    for f in plan_files:
+        plan = json.loads(Path(f).read_text())
+        rows.append({"job": str(Path(f).parent).replace("results/models/", ""),
+                     "strategy": plan["strategy"], "devices": plan["n_devices"], "device": plan["device_type"],
+                     "global batch": plan["global_batch"], "micro-batch": plan["micro_batch_size"],
+                     "accumulation": plan["grad_accum_steps"], "checkpointing": plan["checkpointing"],
+                     "precision": plan["precision"], "source": plan["source"],
+                     "estimated peak MiB": plan["estimated_peak_bytes"] / 2**20,
+                     "budget MiB": plan["budget_bytes"] / 2**20,
+                     "re-planned after OOM": len(plan.get("history") or [])})
+    df = pd.DataFrame(rows)
+    html = df.to_html(index=False, float_format=lambda v: f"{v:.1f}", table_id="plans")
+    Path(out_html).write_text(_html_page("Memory plans", f"<h3>Memory plan of every training job</h3>{html}"))
+    return df
