@@ -111,3 +111,37 @@ def test_launch_command():
                    "growlm.distributed", "--plan", "p.json"]
     with pytest.raises(Exception):
         launch_command(0, [])
+
+
+def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_path, monkeypatch):
+    """A workflow training job with several processes goes through torchrun (gloo on the CPU here)
+    and leaves the same files as a one-process job: model, ledger, plan, cost."""
+    import json
+
+    import numpy as np
+
+    from growlm import jobs
+    from growlm.model import load_model
+    from growlm.tokenizer import fit_tokenizer
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(["the cat sat on the mat", "see the dog run", "a red hen"] * 50))
+    fit_tokenizer([text], tmp_path / "tok", vocab_size=300)
+    tokens = np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16)
+    np.save(tmp_path / "t.npy", tokens)
+    config = {"model": {"head_dim": 8, "context": 16, "tie_embeddings": True},
+              "train": {"small": {"tokens": 8 * 16 * 6, "lr": 1e-3, "batch_size": 8, "warmup_steps": 1},
+                        "large": {"tokens": 8 * 16 * 6, "lr": 1e-3, "batch_size": 8, "warmup_steps": 1},
+                        "min_lr_ratio": 0.1, "weight_decay": 0.1, "grad_clip": 1.0, "eval_interval": 3,
+                        "eval_tokens": 256, "checkpoint_every": 3, "dense_log_steps": 0},
+              "resources": {"gpu": 0, "memory_limit_gb": None}}
+    monkeypatch.setenv("GROWLM_NPROC", "2")
+    out = tmp_path / "results" / "models" / "small" / "m1"
+    jobs.train_from_scratch(config=config, stage="small", n_embd=16, n_layer=1, seed=1, init_seed=1,
+                            train_file=tmp_path / "t.npy", val_file=tmp_path / "t.npy", tokenizer_dir=tmp_path / "tok",
+                            out_dir=out, role="test")
+    meta = json.loads((out / "growlm.json").read_text())
+    assert meta["processes"] == 2 and meta["train"]["flops"] > 0
+    assert json.loads((out / "plan.json").read_text())["n_devices"] == 2
+    assert (out / "ledger.csv").read_text().count("\n") >= 3
+    load_model(out)

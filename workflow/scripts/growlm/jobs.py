@@ -123,6 +123,61 @@ def _train_and_save(model, cfg, *, train_file, val_file, out_dir, tokenizer_dir,
     return summary
 
 
+def processes_for(config: dict) -> int:
+    """Processes to launch: the GPUs a training job asks for (resources.gpu) when that many are
+    visible; GROWLM_NPROC overrides (e.g. 2 gloo processes on a CPU, for tests)."""
+    import os
+
+    if os.environ.get("GROWLM_NPROC"):
+        return int(os.environ["GROWLM_NPROC"])
+    want = int(config["resources"].get("gpu", 0) or 0)
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if want > 1 and have < want:
+        _log(f"resources.gpu={want} but {have} GPU(s) visible: training in one process")
+    return want if want > 1 and have >= want else 1
+
+
+def _train_distributed(nproc: int, *, model_spec: dict, cfg, train_file, val_file, out_dir, tokenizer_dir,
+                       info: dict, memory_limit_gb: float | None) -> dict:
+    """Launch `growlm.distributed` under torchrun with the planner's strategy; rank 0 saves."""
+    import dataclasses
+    import subprocess
+
+    from growlm.distributed import launch_command
+    from growlm.model import gpt2_config
+    from growlm.plan import make_plan, write_plan
+
+    out_dir = Path(out_dir)
+    ckpt = checkpoint_dir_for(out_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    plan_path = ckpt / "plan.json"
+    if not plan_path.is_file():
+        spec = {k: v for k, v in model_spec.items() if k != "seed"}
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        write_plan(make_plan(gpt2_config(**spec), context=cfg.context, global_batch=cfg.batch_size, n_devices=nproc,
+                             memory_limit_gb=memory_limit_gb, device=device, log=_log), plan_path)
+    (ckpt / "model.json").write_text(json.dumps(model_spec))
+    train_fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("device", "extra")}
+    (ckpt / "train.json").write_text(json.dumps(train_fields))
+    args = ["--model-config", str(ckpt / "model.json"), "--train-file", str(train_file), "--val-file", str(val_file),
+            "--train-config", str(ckpt / "train.json"), "--plan", str(plan_path), "--ckpt-dir", str(ckpt),
+            "--ledger", str(ckpt / "ledger.csv"), "--out-dir", str(out_dir), "--summary", str(ckpt / "summary.json")]
+    if tokenizer_dir:
+        args += ["--tokenizer-dir", str(tokenizer_dir)]
+    cmd = launch_command(nproc, args)
+    _log(f"launching {nproc} processes: {' '.join(cmd)}")
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes from "
+                          f"{ckpt} when rerun")
+    summary = json.loads((ckpt / "summary.json").read_text())
+    meta_path = out_dir / "growlm.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta_path.write_text(json.dumps({**meta, **info, "train": summary}, indent=2, default=str))
+    shutil.copy(plan_path, out_dir / "plan.json")
+    return summary
+
+
 def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, seed: int, init_seed: int,
                        train_file, val_file, tokenizer_dir, out_dir, shard=None, role: str,
                        tokens: int | None = None) -> dict:
@@ -132,8 +187,15 @@ def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, s
     from growlm.tokenizer import load_tokenizer
 
     vocab = len(load_tokenizer(tokenizer_dir))
-    model = build_model(seed=init_seed, **model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab))
+    kwargs = model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab)
     cfg = train_config(config, stage, seed=seed, device=choose_device(), tokens=tokens)
+    nproc = processes_for(config)
+    if nproc > 1 and shard is None:
+        return _train_distributed(nproc, model_spec={**kwargs, "seed": init_seed}, cfg=cfg, train_file=train_file,
+                                  val_file=val_file, out_dir=out_dir, tokenizer_dir=tokenizer_dir,
+                                  info={"role": role, "init_seed": init_seed, "data_seed": seed, "processes": nproc},
+                                  memory_limit_gb=config["resources"].get("memory_limit_gb"))
+    model = build_model(seed=init_seed, **kwargs)
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, shard=shard,
                            memory_limit_gb=config["resources"].get("memory_limit_gb"),
