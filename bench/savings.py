@@ -71,6 +71,11 @@ def main(argv=None) -> int:
     if not args.summarise_only:
         run_workflow(args.cores, extra)
     table, headline = summarise(RUN / "results" / "eval" / "comparison.csv")
+    cross = crossovers(RUN / "results" / "eval" / "curves.csv")
+    if len(cross):
+        summary = cross.groupby(["method", "budget"])["crossover_share_of_m0_budget"].agg(["mean", "std"])
+        table = table.merge(summary.rename(columns={"mean": "crossover_share_mean", "std": "crossover_share_std"}),
+                            left_on=["method", "budget"], right_index=True, how="left")
     table.to_csv(args.out, index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False))
@@ -80,3 +85,32 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def crossovers(curves_csv: Path) -> pd.DataFrame:
+    """Per method, seed and budget: the share of M_0's budget after which M_0's validation loss stays
+    below M_1's at equal total FLOPs (M_1's curve shifted by the small models' cost); NaN if M_1
+    stays ahead to the end, 0 if it is never ahead."""
+    import numpy as np
+
+    c = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    rows = []
+    keys = ["method", "seed", "budget"]
+    for (method, seed, budget), g in c.groupby(keys):
+        m0 = g[g["arm"].str.startswith("M_0")].sort_values("total_flops")
+        m1 = g[g["arm"].str.startswith("M_1")].sort_values("total_flops")
+        if m0.empty or m1.empty:
+            continue
+        grid = m0["total_flops"].to_numpy()
+        inside = (grid >= m1["total_flops"].min()) & (grid <= m1["total_flops"].max())
+        m1_at = np.interp(grid, m1["total_flops"], m1["val_loss"])
+        ahead = inside & (m1_at < m0["val_loss"].to_numpy())
+        if not ahead.any():
+            share = 0.0
+        elif ahead[-1]:
+            share = float("nan")
+        else:
+            last_ahead = np.nonzero(ahead)[0].max()
+            share = float(grid[last_ahead + 1] / grid[-1])
+        rows.append({"method": method, "seed": seed, "budget": budget, "crossover_share_of_m0_budget": share})
+    return pd.DataFrame(rows)

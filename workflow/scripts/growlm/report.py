@@ -50,6 +50,7 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
     comp = pd.read_csv(comparison_csv)
     large = curves[~curves["arm"].str.startswith("m_")].copy()
     large["seed"] = large["seed"].astype(str)
+    large["total_tflops"] = large["total_flops"] / 1e12
     groups = large.groupby(["d0", "L0", "d1", "L1", "n"], sort=True)
     ncols = min(3, max(1, len(groups)))
     nrows = (len(groups) + ncols - 1) // ncols
@@ -57,13 +58,17 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.5 * nrows), squeeze=False)
     for ax, ((d0, L0, d1, L1, n), g) in zip(axes.flat, groups):
         g = g.drop_duplicates(subset=["arm", "seed", "step"])
-        sns.lineplot(data=g, x="total_flops", y="val_loss", hue="arm", style="seed", ax=ax, marker="o",
+        sns.lineplot(data=g, x="total_tflops", y="val_loss", hue="arm", style="seed", ax=ax, marker="o",
                      markersize=3)
         sub = comp[(comp.d0 == d0) & (comp.L0 == L0) & (comp.d1 == d1) & (comp.L1 == L1) & (comp.n == n)]
         if len(sub):
             ax.axhline(sub["m0_final_val_loss"].mean(), color="grey", ls="--", lw=1, label="M_0 final loss")
-            ax.axvline(sub["small_flops"].mean(), color="grey", ls=":", lw=1, label="cost of the n small models")
-        ax.set_xlabel("cumulative training FLOPs (M_1 includes the small models' cost)")
+            ax.axvline(sub["small_flops"].mean() / 1e12, color="grey", ls=":", lw=1,
+                       label="cost of the n small models")
+            if "ensemble_test_loss" in sub and sub["ensemble_test_loss"].notna().any():
+                ax.axhline(sub["ensemble_test_loss"].mean(), color="tab:purple", ls="-.", lw=1,
+                           label="members' ensemble, untrained (test loss)")
+        ax.set_xlabel("cumulative training TFLOPs (M_1 includes the small models' cost)")
         ax.set_ylabel("validation loss, level 1 (nats/token)")
         ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}")
         ax.legend(fontsize=7)
@@ -92,7 +97,11 @@ COMPARISON_COLUMNS = {
 def comparison_html(comparison_csv, out_html) -> None:
     df = pd.read_csv(comparison_csv)
     cols = [c for c in COMPARISON_COLUMNS if c in df.columns]
-    view = df[cols].rename(columns=COMPARISON_COLUMNS)
+    view = df[cols].astype(object)
+    for col in ("m1_flops_to_m0_loss", "cost_ratio", "cost_ratio_small_free", "wall_ratio"):
+        if col in view:
+            view[col] = view[col].where(pd.notna(df[col]), "not reached")
+    view = view.rename(columns=COMPARISON_COLUMNS)
 
     def fmt(v):
         if isinstance(v, float):
