@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--summarise-only", action="store_true")
-    ap.add_argument("--out", default=str(REPO / "bench" / "savings_summary.csv"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "savings_summary.csv"))
     args, extra = ap.parse_known_args(argv)
     if not args.summarise_only:
         run_workflow(args.cores, extra)
@@ -82,9 +82,6 @@ def main(argv=None) -> int:
     print(headline)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def crossovers(curves_csv: Path) -> pd.DataFrame:
@@ -114,3 +111,7 @@ def crossovers(curves_csv: Path) -> pd.DataFrame:
             share = float(grid[last_ahead + 1] / grid[-1])
         rows.append({"method": method, "seed": seed, "budget": budget, "crossover_share_of_m0_budget": share})
     return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
