@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from growlm.errors import GrowlmError
+from growlm.experiment import is_single_member_control
 
 
 def read_ledger(path: str | Path) -> pd.DataFrame:
@@ -113,8 +114,6 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
     if paths.get("ensemble"):
         ens = Path(paths["ensemble"].format(**combo))
         row["ensemble_test_loss"] = float(_metrics(ens).get("loss", math.nan))
-    from growlm.experiment import is_single_member_control
-
     if is_single_member_control(combo["method"]):
         row["arm"] = "control: m_1 only"
     elif not growth["members"]:

@@ -325,14 +325,13 @@ def _evaluate(model, name: str, test_files, context, max_tokens, out_file) -> di
 
     device = choose_device()
     model = model.to(device)
-    model_dir = name
     result = {"model": name, "levels": {}}
     for level, f in sorted(test_files.items()):
         result["levels"][str(level)] = evaluate(model, load_tokens(f), context=context, batch_size=16,
                                                 max_tokens=max_tokens, device=device)
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     Path(out_file).write_text(json.dumps(result, indent=2))
-    _log(f"evaluated {model_dir}: {json.dumps(result['levels'])}")
+    _log(f"evaluated {name}: {json.dumps(result['levels'])}")
     return result
 
 
