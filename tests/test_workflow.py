@@ -138,3 +138,20 @@ def test_dry_run_over_every_registered_method(workflow_dir):
     assert n_chains == len(OPERATORS) - 1
     assert counts["grow"] == 2 * n_chains + 1  # each with its single-member control, and the V-cycle
     assert counts["refine"] == 2 * n_chains + 1
+
+
+@pytest.mark.slow
+def test_optimizer_state_carry_over_in_the_workflow(tiny_run, tmp_path):
+    """grow.optimizer_state: carry grows the members' AdamW moments and the refinement starts from them."""
+    import json
+    import shutil
+
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    target = "results/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0/model.safetensors"
+    run_snakemake(wd, "--cores", "1", target, "--configfile", str(TINY), "--config",
+                  'grow={"optimizer_state": "carry"}')
+    growth = json.loads((wd / "results/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0/growth.json").read_text())
+    assert growth["optimizer_state"] == "carry" and growth["moments_step"] > 0
+    log = (wd / "results/logs/refine/concat+zero_block_d16_L1_to_d32_L2_n2_t24000_lr0.003_s0.log").read_text()
+    assert "AdamW starts from carried-over moments" in log

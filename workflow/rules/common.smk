@@ -46,6 +46,7 @@ wildcard_constraints:
     n=r"\d+",
     seed=r"\d+",
     budget=r"\d+",
+    lr=r"[0-9.e+-]+",
     member=r"\d+",
     level=r"\d+",
     split="train|val|test",
@@ -55,17 +56,17 @@ wildcard_constraints:
 
 
 def combos():
-    """Every (d0, L0, d1, L1, n, method, seed) of the sweep, as dicts of wildcard values."""
-    keys = ["d0", "L0", "d1", "L1", "n", "method", "seed", "budget"]
+    """Every (d0, L0, d1, L1, n, method, seed, budget, lr) of the sweep, as dicts of wildcard values."""
+    keys = ["d0", "L0", "d1", "L1", "n", "method", "seed", "budget", "lr"]
     values = [SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"], METHOD_IDS, SWEEP["seeds"],
-              SWEEP["budgets"]]
+              SWEEP["budgets"], SWEEP["lrs"]]
     return [dict(zip(keys, v)) for v in itertools.product(*values)]
 
 
 SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
-BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}/s{seed}"
+BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"
 GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
-REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}/s{seed}"
+REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"
 
 
 ENSEMBLE = "results/eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json"

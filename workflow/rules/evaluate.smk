@@ -58,6 +58,7 @@ rule compare:
     output:
         comparison="results/eval/comparison.csv",
         curves="results/eval/curves.csv",
+        lr_sweep="results/eval/lr_sweep.csv",
     params:
         combos=combos(),
         paths={

@@ -13,6 +13,7 @@ rule grow:
     params:
         members=lambda wc: [] if wc.method in SCHEDULES else member_dirs(wc),
         options=configured_growth_options,
+        optimizer_state=config["grow"]["optimizer_state"],
         refine_steps=shortest_refine_steps(),
         batch_size=config["train"]["large"]["batch_size"],
         context=config["model"]["context"],

@@ -25,6 +25,7 @@ rule report_figures:
     input:
         comparison="results/eval/comparison.csv",
         curves="results/eval/curves.csv",
+        lr_sweep="results/eval/lr_sweep.csv",
     output:
         loss=report(
             "results/report/loss_vs_flops.svg",

@@ -53,9 +53,9 @@ rule train_baseline:
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
     log:
-        "results/logs/train_baseline/d{d1}_L{L1}_t{budget}_s{seed}.log",
+        "results/logs/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.log",
     benchmark:
-        "results/benchmarks/train_baseline/d{d1}_L{L1}_t{budget}_s{seed}.tsv"
+        "results/benchmarks/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.tsv"
     conda:
         "../../envs/growlm.yaml"
     script:
@@ -83,9 +83,9 @@ rule refine:
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
     log:
-        "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_s{seed}.log",
+        "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.log",
     benchmark:
-        "results/benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_s{seed}.tsv"
+        "results/benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.tsv"
     conda:
         "../../envs/growlm.yaml"
     script:

@@ -22,4 +22,5 @@ with job_log(sm.log[0], "grow"):
                                  batch_size=sm.params.batch_size, context=sm.params.context,
                                  seed=int(sm.wildcards.seed))
         grow(member_dirs=sm.params.members, method=sm.wildcards.method, n_embd=int(sm.wildcards.d1),
-             n_layer=int(sm.wildcards.L1), seed=int(sm.wildcards.seed), options=options, out_dir=out_dir)
+             n_layer=int(sm.wildcards.L1), seed=int(sm.wildcards.seed), options=options, out_dir=out_dir,
+             optimizer_state=sm.params.optimizer_state)

@@ -6,4 +6,4 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], "report_figures"):
     loss_vs_flops_plot(sm.input.curves, sm.input.comparison, sm.output.loss)
     cost_ratio_plot(sm.input.comparison, sm.output.ratio)
-    comparison_html(sm.input.comparison, sm.output.table)
+    comparison_html(sm.input.comparison, sm.output.table, sm.input.lr_sweep)

@@ -10,6 +10,6 @@ with job_log(sm.log[0], "train_baseline"):
     torch.set_num_threads(sm.threads)
     seed = int(sm.wildcards.seed)
     train_from_scratch(config=sm.config, stage="large", n_embd=int(sm.wildcards.d1), n_layer=int(sm.wildcards.L1),
-                       seed=seed, init_seed=seed, tokens=int(sm.wildcards.budget), train_file=sm.input.train, val_file=sm.input.val,
+                       seed=seed, init_seed=seed, tokens=int(sm.wildcards.budget), lr=float(sm.wildcards.lr), train_file=sm.input.train, val_file=sm.input.val,
                        tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
                        role="baseline M_0")

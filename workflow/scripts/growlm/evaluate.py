@@ -5,6 +5,11 @@ counting the training FLOPs of all n small members and the growth itself (the ho
 labelled as such, treating the members as free (as most papers do). Ratios are over M_0's total
 training FLOPs; below 1 means growing was cheaper. The crossing point is interpolated linearly in
 FLOPs between the two evaluations that bracket M_0's final loss.
+
+When the sweep lists several peak learning rates (`lrs`), every arm is tuned on its own: M_0 (per
+width, depth and budget) and each M_1 (per method, sizes, n and budget) are compared at the rate
+that gives them the lowest mean final validation loss over the seeds; `lr_sweep.csv` records every
+rate tried and the one chosen. A win against an under-tuned baseline is no win.
 """
 
 from __future__ import annotations
@@ -64,8 +69,57 @@ def _metrics(path: Path, level: str = "1") -> dict:
     return m.get(level, {})
 
 
-def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
-    base_dir = Path(paths["baseline"].format(**combo))
+def final_val_loss(model_dir: str | Path) -> float:
+    """The validation loss of the last evaluation (NaN if it was not finite or there was none)."""
+    led = read_ledger(Path(model_dir) / "ledger.csv")
+    ev = led[led["kind"] == "eval"] if "kind" in led else led
+    return float(ev["val_loss"].iloc[-1]) if len(ev) else math.nan
+
+
+M0_ARM_KEYS = ("d1", "L1", "budget")
+M1_ARM_KEYS = ("method", "d0", "L0", "d1", "L1", "n", "budget")
+
+
+def choose_learning_rates(combos: list[dict], paths: dict) -> tuple[dict, dict, pd.DataFrame]:
+    """The peak learning rate of each arm: the one with the lowest final validation loss averaged
+    over the seeds (a rate whose run ended non-finite never wins). Returns the M_0 choices keyed by
+    (d1, L1, budget), the M_1 choices keyed by (method, d0, L0, d1, L1, n, budget), and the table
+    of every (arm, lr) with its mean loss and whether it was chosen."""
+    rows, seen = [], set()
+    for c in combos:
+        for arm, keys, pattern in (("M_0", M0_ARM_KEYS, "baseline"), ("M_1", M1_ARM_KEYS, "refined")):
+            d = paths[pattern].format(**c)
+            if d in seen:
+                continue
+            seen.add(d)
+            # keys as strings; M_0 does not depend on the members, so its d0, L0, n stay empty
+            rows.append({"arm": arm, "method": c["method"] if arm == "M_1" else "scratch",
+                         **{k: str(c[k]) if k in keys else "" for k in M1_ARM_KEYS if k != "method"},
+                         "lr": str(c["lr"]), "seed": c["seed"], "final_val_loss": final_val_loss(d)})
+    runs = pd.DataFrame(rows)
+    table = (runs.groupby(["arm", "method", "d0", "L0", "d1", "L1", "n", "budget", "lr"])
+             .agg(seeds=("seed", "nunique"), mean_final_val_loss=("final_val_loss", "mean"),
+                  std_final_val_loss=("final_val_loss", "std")).reset_index())
+    table["chosen"] = False
+    choices = {"M_0": {}, "M_1": {}}
+    for (arm, *_), g in table.groupby(["arm", "method", "d0", "L0", "d1", "L1", "n", "budget"]):
+        finite = g[np.isfinite(g["mean_final_val_loss"])]
+        best = (finite if len(finite) else g).sort_values(["mean_final_val_loss", "lr"]).index[0]
+        table.loc[best, "chosen"] = True
+        row = table.loc[best]
+        keys = M0_ARM_KEYS if arm == "M_0" else M1_ARM_KEYS
+        choices[arm][tuple(row[k] for k in keys)] = row["lr"]
+    return choices["M_0"], choices["M_1"], table
+
+
+def arm_key(combo: dict, keys: tuple[str, ...]) -> tuple:
+    return tuple(str(combo[k]) for k in keys)
+
+
+def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.DataFrame]]:
+    """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`."""
+    m0_lr = combo["lr"] if m0_lr is None else m0_lr
+    base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
     growth = json.loads((grown_dir / "growth.json").read_text())
@@ -87,7 +141,9 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
         return float(_metrics(p).get(key, math.nan))
 
     row = {
-        **combo,
+        **{k: v for k, v in combo.items() if k != "lr"},
+        "m0_lr": m0_lr,
+        "m1_lr": combo["lr"],
         "m0_final_val_loss": m0_final,
         "m1_final_val_loss": m1_final,
         "m1_step0_val_loss": float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[0]),
@@ -121,8 +177,8 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
     else:
         row["arm"] = "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
-    c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, **keys)
-    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, **keys)
+    c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, lr=m0_lr, **keys)
+    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, lr=combo["lr"], **keys)
     curves = [c0, c1]
     for i, member in enumerate(growth["members"], start=1):
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
@@ -131,13 +187,18 @@ def compare_one(combo: dict, paths: dict) -> tuple[dict, list[pd.DataFrame]]:
 
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
-                     unigram_test, vocab_size: int) -> pd.DataFrame:
+                     unigram_test, vocab_size: int, lr_sweep_csv=None) -> pd.DataFrame:
     from growlm.data import load_tokens
 
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
+    m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
+    if lr_sweep_csv is not None:
+        sweep.to_csv(lr_sweep_csv, index=False)
     rows, curves = [], []
     for combo in combos:
-        row, c = compare_one(combo, paths)
+        if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
+            continue  # each arm is compared at its own best rate
+        row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)))
         row["unigram_test_loss"] = uni
         rows.append(row)
         curves.extend(c)

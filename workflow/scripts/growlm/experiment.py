@@ -39,6 +39,12 @@ def method_id(method) -> str:
 
 
 INT_SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "n_members", "seeds", "budgets")
+FLOAT_SWEEP_KEYS = ("lrs",)
+
+
+def lr_id(lr) -> str:
+    """The path-safe id of a peak learning rate: 0.002 -> '0.002', 1e-05 -> '1e-05'."""
+    return f"{float(lr):g}"
 
 
 def coerce_command_line(config: dict) -> None:
@@ -50,6 +56,18 @@ def coerce_command_line(config: dict) -> None:
             config[key] = int(value)
         elif isinstance(value, list):
             config[key] = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
+    for key in FLOAT_SWEEP_KEYS:
+        value = config.get(key)
+        items = value if isinstance(value, list) else [value] if isinstance(value, str) else None
+        if items is None:
+            continue
+        coerced = []
+        for v in items:
+            try:
+                coerced.append(float(v) if isinstance(v, str) else v)
+            except ValueError:
+                coerced.append(v)  # left for the schema to reject with its name
+        config[key] = coerced if isinstance(value, list) else coerced[0]
 
 
 def normalise_sweep(config: dict) -> dict:
@@ -63,6 +81,8 @@ def normalise_sweep(config: dict) -> dict:
     if config.get("n_members") is not None:
         sweep["n"] = _as_list(config["n_members"])
     sweep["budgets"] = _as_list(config.get("budgets") or config["train"]["large"]["tokens"])
+    # peak learning rates of the large arms (M_0 and every M_1): each arm is tuned over this list
+    sweep["lrs"] = [lr_id(v) for v in _as_list(config.get("lrs") or config["train"]["large"]["lr"])]
     if isinstance(config["methods"], list) and config["methods"] and all(
         isinstance(m, str) for m in config["methods"]
     ):
@@ -108,15 +128,18 @@ def check_experiment(config: dict, sweep: dict) -> None:
 
 
 def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
-                 tokens: int | None = None) -> TrainConfig:
+                 tokens: int | None = None, lr: float | None = None) -> TrainConfig:
     """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'); `tokens` is the budget of
-    a large job (the `budget` wildcard), else the stage's configured tokens."""
+    a large job (the `budget` wildcard), else the stage's configured tokens; `lr` the peak learning
+    rate of a large job (the `lr` wildcard), else the stage's configured one."""
     t = config["train"]
     base = dict(t["large"] if stage in ("large", "refine") else t["small"])
     if stage == "refine":
         base.update({k: v for k, v in (t.get("refine") or {}).items() if k != "tokens"})
     if tokens is not None:
         base["tokens"] = tokens
+    if lr is not None:
+        base["lr"] = lr
     return TrainConfig(
         tokens=int(base["tokens"]),
         batch_size=int(base.get("batch_size", 16)),

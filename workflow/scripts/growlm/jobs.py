@@ -180,7 +180,7 @@ def _train_distributed(nproc: int, *, model_spec: dict, cfg, train_file, val_fil
 
 def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, seed: int, init_seed: int,
                        train_file, val_file, tokenizer_dir, out_dir, shard=None, role: str,
-                       tokens: int | None = None) -> dict:
+                       tokens: int | None = None, lr: float | None = None) -> dict:
     """A small member (stage 'small') or the baseline M_0 (stage 'large')."""
     from growlm.experiment import model_kwargs, train_config
     from growlm.model import build_model
@@ -188,7 +188,9 @@ def train_from_scratch(*, config: dict, stage: str, n_embd: int, n_layer: int, s
 
     vocab = len(load_tokenizer(tokenizer_dir))
     kwargs = model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab)
-    cfg = train_config(config, stage, seed=seed, device=choose_device(), tokens=tokens)
+    cfg = train_config(config, stage, seed=seed, device=choose_device(), tokens=tokens, lr=lr)
+    if stage == "small":  # kept for optimizer-state carry-over (grow.optimizer_state: carry)
+        cfg.save_moments = str(Path(out_dir) / MOMENTS_FILE)
     nproc = processes_for(config)
     if nproc > 1 and shard is None:
         return _train_distributed(nproc, model_spec={**kwargs, "seed": init_seed}, cfg=cfg, train_file=train_file,
@@ -230,9 +232,14 @@ def growth_options(chain: list[str], options: dict, *, refine_steps: int, data_f
     return opts
 
 
+MOMENTS_FILE = "optimizer.safetensors"  # a member's final AdamW moments (written by every small job)
+GROWN_MOMENTS_FILE = "moments.safetensors"  # the grown model's carried-over moments
+
+
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict,
-         out_dir) -> None:
-    """Combine the trained members into M'_1 with a growth operator; record its cost."""
+         out_dir, optimizer_state: str = "fresh") -> None:
+    """Combine the trained members into M'_1 with a growth operator; record its cost. With
+    `optimizer_state="carry"` the members' AdamW moments are grown too (growlm.growth.moments)."""
     from growlm.experiment import method_chain
     from growlm.growth import grow as grow_models, save_grown
     from growlm.model import load_model
@@ -251,10 +258,21 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     for d in dict.fromkeys(str(d) for d in member_dirs):  # m_1 fed n times (control) costs once
         meta = json.loads((Path(d) / "growlm.json").read_text())
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+    carried = {}
+    if optimizer_state == "carry":
+        from growlm.growth.moments import grow_moments, load_moments, save_grown_moments
+
+        loaded = [load_moments(Path(d) / MOMENTS_FILE) for d in member_dirs]
+        moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
+                               seed=seed, **options)
+        step = max(s for _, s in loaded)
+        save_grown_moments(Path(out_dir) / GROWN_MOMENTS_FILE, moments, step)
+        carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
+        _log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
     shown = {k: v for k, v in options.items() if k != "batches"}
     (Path(out_dir) / "growth.json").write_text(json.dumps(
         {"method": method, "chain": chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
-         "members": member_cost}, indent=2))
+         "members": member_cost, "optimizer_state": optimizer_state, **carried}, indent=2))
     _log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 
@@ -289,14 +307,16 @@ def vcycle(*, config: dict, n_embd: int, n_layer: int, seed: int, train_file, va
 
 
 def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir,
-           tokens: int | None = None) -> dict:
+           tokens: int | None = None, lr: float | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW, short re-warm-up)."""
     from growlm.experiment import train_config
     from growlm.growth import load_grown
 
     model = load_grown(grown_dir)
     growth = json.loads((Path(grown_dir) / "growth.json").read_text())
-    cfg = train_config(config, "refine", seed=seed, device=choose_device(), tokens=tokens)
+    cfg = train_config(config, "refine", seed=seed, device=choose_device(), tokens=tokens, lr=lr)
+    if growth.get("optimizer_state") == "carry":
+        cfg.init_moments = str(Path(grown_dir) / growth["moments"])
     return _train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                            tokenizer_dir=tokenizer_dir, info={"role": "refined", "growth": growth,
                                                               "data_seed": seed},

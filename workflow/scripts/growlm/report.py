@@ -81,6 +81,7 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
 
 COMPARISON_COLUMNS = {
     "method": "method", "arm": "arm", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "seed": "seed",
+    "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
     "m1_step0_val_loss": "M'_1 val loss at step 0",
     "m0_test_ppl": "M_0 test ppl", "m1_test_ppl": "M_1 test ppl",
@@ -94,7 +95,7 @@ COMPARISON_COLUMNS = {
 }
 
 
-def comparison_html(comparison_csv, out_html) -> None:
+def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     df = pd.read_csv(comparison_csv)
     cols = [c for c in COMPARISON_COLUMNS if c in df.columns]
     view = df[cols].astype(object)
@@ -114,7 +115,16 @@ def comparison_html(comparison_csv, out_html) -> None:
     note = ("<p>Cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 first "
             "reaches M_0's final validation loss) / M_0's total FLOPs. Below 1: growing was cheaper. "
             "'not reached': M_1 never reached M_0's final loss within the budget.</p>")
-    Path(out_html).write_text(_html_page("M_0 vs M_1", f"<h3>Comparison: M_0 (scratch) vs M_1 (grown)</h3>{note}{html}"))
+    sweep_html = ""
+    if lr_sweep_csv is not None and Path(lr_sweep_csv).is_file():
+        sweep = pd.read_csv(lr_sweep_csv)
+        if sweep["lr"].nunique() > 1:
+            sweep_html = ("<h3>Learning-rate sweep</h3><p>Every arm is compared at its own best peak learning rate "
+                          "(lowest final validation loss averaged over the seeds; <b>chosen</b>).</p>"
+                          + sweep.to_html(index=False, table_id="lr_sweep", float_format=lambda v: f"{v:.4f}",
+                                          na_rep=""))
+    Path(out_html).write_text(_html_page(
+        "M_0 vs M_1", f"<h3>Comparison: M_0 (scratch) vs M_1 (grown)</h3>{note}{html}{sweep_html}"))
 
 
 def cost_ratio_plot(comparison_csv, out_svg) -> None:

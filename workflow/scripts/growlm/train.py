@@ -61,6 +61,8 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
     compile: bool = False  # torch.compile the model for the training steps (evaluation stays eager)
     peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
+    init_moments: str | None = None  # AdamW moments to start from (growlm.growth.moments, carry-over)
+    save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -300,6 +302,11 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log)
     if state is None:
         state = {"step": 0, "wall_s": 0.0, "rows": []}
+        if cfg.init_moments:
+            from growlm.growth.moments import apply_moments
+
+            n = apply_moments(model, optimizer, cfg.init_moments)
+            log(f"AdamW starts from carried-over moments for {n} parameters ({cfg.init_moments})")
     rows: list[dict] = state["rows"]
     start_step, wall_before = state["step"], state["wall_s"]
     t0 = time.perf_counter()
@@ -392,6 +399,10 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                     f"with status {PREEMPTED_EXIT} so that the job is retried and resumes")
                 sys.exit(PREEMPTED_EXIT)
     _write_ledger(ledger_path, rows)
+    if cfg.save_moments and rank == 0:
+        from growlm.growth.moments import save_moments
+
+        save_moments(cfg.save_moments, model, optimizer)
     final = rows[-1]
     from growlm.devices import mfu
 

@@ -1,0 +1,90 @@
+"""The comparison of M_0 and M_1 (growlm.evaluate): the FLOPs to reach M_0's loss, the cost ratios,
+and the per-arm learning-rate choice of a sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from growlm.evaluate import choose_learning_rates, first_reach, write_comparison
+
+PATHS = {
+    "small": "{root}/small/m{member}",
+    "baseline": "{root}/baseline/t{budget}_lr{lr}/s{seed}",
+    "grown": "{root}/grown/{method}/s{seed}",
+    "refined": "{root}/refined/{method}/t{budget}_lr{lr}/s{seed}",
+    "ensemble": None,
+}
+
+
+def ledger(path, losses, flops_per_eval=100.0):
+    path.mkdir(parents=True, exist_ok=True)
+    rows = [{"step": i, "tokens": i, "flops": i * flops_per_eval, "wall_s": i * 0.1, "lr": 0, "train_loss": "",
+             "val_loss": loss, "peak_mem_mb": 1.0, "kind": "eval"} for i, loss in enumerate(losses)]
+    pd.DataFrame(rows).to_csv(path / "ledger.csv", index=False)
+    # test-set metrics (the comparison reads them from the model's eval folder; here the same folder)
+    (path / "metrics.json").write_text(json.dumps({"levels": {"1": {"loss": losses[-1], "perplexity": 1.0,
+                                                                    "accuracy": 0.5}}}))
+
+
+def make_experiment(root, curves_m0: dict, curves_m1: dict, seeds=(0, 1), small_flops=50.0):
+    """Ledgers for M_0 and M_1 (method 'g') at each learning rate; curves are per lr (same for all seeds
+    except a +0.01*seed shift)."""
+    paths = {k: (v.replace("{root}", str(root)) if v else v) for k, v in PATHS.items()}
+    combos = []
+    for seed in seeds:
+        grown = root / "grown" / "g" / f"s{seed}"
+        grown.mkdir(parents=True, exist_ok=True)
+        (grown / "growth.json").write_text(json.dumps(
+            {"members": [{"dir": str(root / "small/m1"), "flops": small_flops, "wall_s": 1.0}], "growth_flops": 0}))
+        ledger(root / "small" / "m1", [9.0, 8.0])
+        for lr, losses in curves_m0.items():
+            ledger(root / "baseline" / f"t1000_lr{lr}" / f"s{seed}", [v + 0.01 * seed for v in losses])
+        for lr, losses in curves_m1.items():
+            ledger(root / "refined" / "g" / f"t1000_lr{lr}" / f"s{seed}", [v + 0.01 * seed for v in losses])
+            combos.append({"d0": 8, "L0": 1, "d1": 16, "L1": 2, "n": 1, "method": "g", "seed": seed,
+                           "budget": 1000, "lr": lr})
+    return combos, paths
+
+
+def test_each_arm_is_compared_at_its_own_best_learning_rate(tmp_path, monkeypatch):
+    m0 = {"0.001": [8, 6, 5.0, 4.6], "0.002": [8, 6, 4.5, 4.0], "0.004": [8, 7, 6, 5.5]}
+    m1 = {"0.001": [6, 5, 4.2, 3.9], "0.002": [6, 5.5, 5, 4.8], "0.004": [6, 6, 6, 6]}
+    combos, paths = make_experiment(tmp_path, m0, m1)
+    m0_best, m1_best, table = choose_learning_rates(combos, paths)
+    assert m0_best == {("16", "2", "1000"): "0.002"}  # M_0's best is not M_1's best
+    assert m1_best == {("g", "8", "1", "16", "2", "1", "1000"): "0.001"}
+    assert table["chosen"].sum() == 2 and len(table) == 6
+    assert table.loc[(table["arm"] == "M_0") & (table["lr"] == "0.002"), "mean_final_val_loss"].item() == \
+        pytest.approx(4.005)
+
+    monkeypatch.setattr("growlm.evaluate.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.data.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    out = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                           unigram_train="x", unigram_test="y", vocab_size=8, lr_sweep_csv=tmp_path / "s.csv")
+    assert len(out) == 2  # one row per seed, at the chosen rates only
+    row = out[out["seed"] == 0].iloc[0]
+    assert (row["m0_lr"], row["m1_lr"]) == ("0.002", "0.001")
+    # M_0 (lr 0.002) ends at 4.0; M_1 (lr 0.001) reaches 4.0 between its evaluations at 200 and 300 FLOPs:
+    # 4.2 -> 3.9, two thirds of the way: 266.7 FLOPs, plus the member's 50
+    assert row["m1_flops_to_m0_loss"] == pytest.approx(200 + 100 * (0.2 / 0.3))
+    assert row["cost_ratio"] == pytest.approx((50 + 266.6667) / 300, rel=1e-4)
+    assert row["cost_ratio_small_free"] == pytest.approx(266.6667 / 300, rel=1e-4)
+    assert pd.read_csv(tmp_path / "s.csv")["chosen"].sum() == 2
+
+
+def test_a_diverged_rate_never_wins(tmp_path):
+    m0 = {"0.001": [8, 6, 5.0], "0.01": [8, 2.0, float("nan")]}
+    combos, paths = make_experiment(tmp_path, m0, {"0.001": [6, 5, 4.0], "0.01": [6, 5, 4.5]}, seeds=(0,))
+    m0_best, _, _ = choose_learning_rates(combos, paths)
+    assert m0_best == {("16", "2", "1000"): "0.001"}
+
+
+def test_first_reach_interpolates_and_says_never():
+    led = pd.DataFrame({"step": [0, 1, 2], "flops": [0.0, 10.0, 20.0], "val_loss": [5.0, 4.0, 3.0]})
+    assert first_reach(led, 3.5) == pytest.approx(15.0)
+    assert math.isnan(first_reach(led, 2.0))
