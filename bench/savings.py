@@ -27,14 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "bench" / "run"
 
 
-def run_workflow(cores: int, extra: list[str]) -> None:
+def run_workflow(cores: int, extra: list[str], overlays: list[str] = ()) -> None:
     RUN.mkdir(parents=True, exist_ok=True)
     for name in ("resources",):
         link = RUN / name
         if not link.exists():
             link.symlink_to(REPO / name)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(RUN),
-           "--configfile", str(REPO / "config.yaml"), str(REPO / "bench" / "savings.yaml"), "--cores", str(cores),
+           "--configfile", str(REPO / "config.yaml"), str(REPO / "bench" / "savings.yaml"),
+           *[str(Path(o).resolve()) for o in overlays], "--cores", str(cores),
            "--workflow-profile", "none", *extra]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
@@ -45,6 +46,7 @@ def summarise(comparison_csv: Path) -> tuple[pd.DataFrame, str]:
     df["reached"] = df["m1_flops_to_m0_loss"].notna()
     g = df.groupby(["method", "budget"])
     table = g.agg(seeds=("seed", "nunique"), reached=("reached", "sum"),
+                  m0_lr=("m0_lr", "first"), m1_lr=("m1_lr", "first"),
                   cost_ratio_mean=("cost_ratio", "mean"), cost_ratio_std=("cost_ratio", "std"),
                   cost_ratio_small_free_mean=("cost_ratio_small_free", "mean"),
                   wall_ratio_mean=("wall_ratio", "mean"),
@@ -66,10 +68,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--overlay", action="append", default=[],
+                    help="another config overlay after bench/savings.yaml (e.g. bench/savings_methods.yaml)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "savings_summary.csv"))
     args, extra = ap.parse_known_args(argv)
     if not args.summarise_only:
-        run_workflow(args.cores, extra)
+        run_workflow(args.cores, extra, args.overlay)
     table, headline = summarise(RUN / "results" / "eval" / "comparison.csv")
     cross = crossovers(RUN / "results" / "eval" / "curves.csv")
     if len(cross):
