@@ -130,14 +130,14 @@ def test_dry_run_over_every_registered_method(workflow_dir):
             chains.append(f"[hyperclone,{name}]")
         else:
             chains.append(name)
-    chains = sorted(set(chains)) + ["vcycle"]  # hyperclone and zero_block give the same chain
+    chains = sorted(set(chains)) + ["vcycle", "apollo"]  # hyperclone and zero_block give the same chain
     out = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--config",
                         f"methods=[{','.join(chains)}]", "L0=2", "L1=4").stdout
     counts = job_counts(out)
-    n_chains = len(chains) - 1
+    n_chains = len(chains) - 2
     assert n_chains == len(OPERATORS) - 1
-    assert counts["grow"] == 2 * n_chains + 1  # each with its single-member control, and the V-cycle
-    assert counts["refine"] == 2 * n_chains + 1
+    assert counts["grow"] == 2 * n_chains + 2  # each with its single-member control; the two schedules
+    assert counts["refine"] == 2 * n_chains + 2
 
 
 @pytest.mark.slow

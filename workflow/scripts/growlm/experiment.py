@@ -17,7 +17,7 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-SCHEDULES = ("vcycle",)  # methods that are training schedules, not growth operators of members
+SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
 
 

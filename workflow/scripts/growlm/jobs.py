@@ -306,6 +306,30 @@ def vcycle(*, config: dict, n_embd: int, n_layer: int, seed: int, train_file, va
     _log(f"V-cycle: coalesced x{k}, trained {summary['tokens']} tokens, interpolated with alpha {vc['alpha']}")
 
 
+def apollo(*, config: dict, n_embd: int, n_layer: int, seed: int, train_file, vocab_size: int, out_dir) -> None:
+    """The Apollo-style progressive control (growlm.apollo; it reuses no small model): M_0's own
+    initialisation trained with shared layers, sampled depth and growing stages for `apollo.tokens`
+    tokens (the growth cost); refine trains on."""
+    from growlm.apollo import apollo_schedule
+    from growlm.data import load_tokens
+    from growlm.experiment import model_kwargs
+    from growlm.growth import save_grown
+    from growlm.model import build_model
+
+    ap, t = config["apollo"], config["train"]
+    init = build_model(seed=seed, **model_kwargs(config, n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size))
+    model, summary = apollo_schedule(init, load_tokens(train_file), tokens=int(ap["tokens"]), lr=float(ap["lr"]),
+                                     batch_size=int(t["large"]["batch_size"]), context=int(config["model"]["context"]),
+                                     seed=seed + 15485863, warmup_steps=int(ap["warmup_steps"]),
+                                     weight_decay=float(t["weight_decay"]), grad_clip=float(t["grad_clip"]), log=_log)
+    out_dir = Path(out_dir)
+    save_grown(model, out_dir)
+    (out_dir / "growth.json").write_text(json.dumps(
+        {"method": "apollo", "chain": ["apollo"], "options": ap, "growth_flops": summary["flops"],
+         "growth_wall_s": summary["wall_s"], "members": [], "stages": summary["stages"]}, indent=2))
+    _log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")
+
+
 def refine(*, config: dict, grown_dir, seed: int, train_file, val_file, tokenizer_dir, out_dir,
            tokens: int | None = None, lr: float | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW, short re-warm-up)."""

@@ -1,0 +1,130 @@
+"""A from-scratch progressive schedule in the manner of Apollo (Pan et al., 2024, "Preparing Lessons
+for Progressive Training on Language Models"): the control that reuses no small model.
+
+It answers "do the small models beat mere progressive training?". From M_0's own initialisation:
+
+* shared layers: the L blocks of the full-depth model are views of k unique blocks (layer i runs
+  unique block floor(i k / L)), so a stage with k unique blocks costs the parameters of k blocks;
+* sampled depth: every step runs only the first D layers, with D drawn from {1..L} with probability
+  proportional to 1/D ("low-value prioritised": mostly shallow, cheap steps, but every depth is
+  trained, so the model works at any depth it is grown to);
+* growing stages: k = 1, 2, 4, ... up to L; between stages every unique block is duplicated
+  (interpolation: layer i keeps the same weights, so the function is unchanged when L is a power of
+  two); after the last stage the blocks are unshared into a plain GPT-2 of depth L.
+
+The schedule's FLOPs (each step at its sampled depth, `growlm.flops`) are counted as growth cost,
+and the refinement then trains the result like any grown M'_1. A plain loop without checkpoints: a
+killed schedule restarts from its beginning (it is short: `apollo.tokens`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import torch
+from transformers import GPT2LMHeadModel
+
+from growlm.data import BatchSampler
+from growlm.errors import GrowlmError
+from growlm.flops import train_flops_per_token
+from growlm.train import lm_loss
+
+
+def stage_widths(n_layer: int) -> list[int]:
+    """Unique-block counts of the stages: 1, 2, 4, ... and finally n_layer."""
+    ks, k = [], 1
+    while k < n_layer:
+        ks.append(k)
+        k *= 2
+    return ks + [n_layer]
+
+
+def layer_map(n_layer: int, k: int) -> list[int]:
+    return [i * k // n_layer for i in range(n_layer)]
+
+
+def depth_probabilities(n_layer: int) -> np.ndarray:
+    p = 1.0 / np.arange(1, n_layer + 1)
+    return p / p.sum()
+
+
+def _set_layers(model: GPT2LMHeadModel, unique: torch.nn.ModuleList, depth: int) -> None:
+    full = layer_map(model.config.n_layer, len(unique))
+    model.transformer.h = torch.nn.ModuleList([unique[j] for j in full[:depth]])
+
+
+def duplicate(unique: torch.nn.ModuleList, k_new: int, n_layer: int) -> torch.nn.ModuleList:
+    """k_new unique blocks such that every layer of the full depth keeps its weights (exactly, when
+    k_new is a multiple of len(unique) that divides n_layer's power-of-two steps)."""
+    k_old = len(unique)
+    src = [layer_map(n_layer, k_old)[min(n_layer - 1, (j * n_layer + k_new - 1) // k_new)] for j in range(k_new)]
+    return torch.nn.ModuleList([copy.deepcopy(unique[s]) for s in src])
+
+
+def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: int, lr: float, batch_size: int,
+                    context: int, seed: int, warmup_steps: int = 10, weight_decay: float = 0.1,
+                    grad_clip: float = 1.0, log=print) -> tuple[GPT2LMHeadModel, dict]:
+    """Train `init` (M_0's initialisation) with the progressive schedule for `tokens` tokens and return
+    a plain GPT-2 of the same shape, with a summary (FLOPs, wall time, per-stage losses)."""
+    L = init.config.n_layer
+    ks = stage_widths(L)
+    steps_total = max(len(ks), tokens // (batch_size * context))
+    per_stage = steps_total // len(ks)
+    if per_stage < 1:
+        raise GrowlmError(f"apollo.tokens={tokens} gives fewer steps than the {len(ks)} stages")
+    cfg = init.config
+    model = copy.deepcopy(init).train()
+    unique = torch.nn.ModuleList([copy.deepcopy(init.transformer.h[0])])
+    sampler = BatchSampler(train_tokens, batch_size=batch_size, context=context, seed=seed)
+    rng = np.random.default_rng(seed)
+    probs = depth_probabilities(L)
+    flops, step, stages = 0, 0, []
+    t0 = time.perf_counter()
+    for s, k in enumerate(ks):
+        if len(unique) != k:
+            unique = duplicate(unique, k, L)
+        _set_layers(model, unique, L)  # the optimizer sees embeddings, ln_f and the k unique blocks
+        params = list(dict.fromkeys(p for p in model.parameters()))  # shared modules appear once
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95),
+                                fused=True)
+        losses, depths = [], []
+        for i in range(per_stage):
+            depth = int(rng.choice(np.arange(1, L + 1), p=probs))
+            _set_layers(model, unique, depth)
+            for g in opt.param_groups:
+                g["lr"] = lr * min(1.0, (i + 1) / max(1, warmup_steps))
+            x, y = sampler.batch(step)
+            loss = lm_loss(model, x, y, logits=False)[0]
+            if not math.isfinite(loss.item()):
+                raise GrowlmError(f"apollo schedule: loss is {loss.item()} at stage {s + 1}, step {i + 1}")
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            flops += batch_size * context * train_flops_per_token(
+                n_embd=cfg.n_embd, n_layer=depth, vocab_size=cfg.vocab_size, context=context, n_inner=cfg.n_inner)
+            losses.append(loss.item())
+            depths.append(depth)
+            step += 1
+        stages.append({"stage": s + 1, "unique_blocks": k, "steps": per_stage, "mean_depth": float(np.mean(depths)),
+                       "final_train_loss": float(np.mean(losses[-10:]))})
+        log(f"apollo stage {s + 1}/{len(ks)}: {k} unique block(s), {per_stage} steps, mean depth "
+            f"{np.mean(depths):.2f}, train loss {stages[-1]['final_train_loss']:.4f}")
+    # unshare: a plain GPT-2 of depth L whose layer i is (a copy of) unique block i
+    out = GPT2LMHeadModel(cfg)
+    _set_layers(model, unique, L)
+    with torch.no_grad():
+        out.load_state_dict(model.state_dict(), strict=False)
+        for i, j in enumerate(layer_map(L, len(unique))):
+            out.transformer.h[i].load_state_dict(unique[j].state_dict())
+    out.tie_weights()
+    summary = {"flops": int(flops), "wall_s": time.perf_counter() - t0, "steps": step,
+               "tokens": step * batch_size * context, "stages": stages}
+    return out.eval(), summary
