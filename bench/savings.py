@@ -27,13 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "bench" / "run"
 
 
-def run_workflow(cores: int, extra: list[str], overlays: list[str] = ()) -> None:
-    RUN.mkdir(parents=True, exist_ok=True)
+def run_workflow(cores: int, extra: list[str], overlays: list[str] = (), run: Path = RUN) -> None:
+    run.mkdir(parents=True, exist_ok=True)
     for name in ("resources",):
-        link = RUN / name
+        link = run / name
         if not link.exists():
             link.symlink_to(REPO / name)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(RUN),
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(run),
            "--configfile", str(REPO / "config.yaml"), str(REPO / "bench" / "savings.yaml"),
            *[str(Path(o).resolve()) for o in overlays], "--cores", str(cores),
            "--workflow-profile", "none", *extra]
@@ -68,14 +68,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--run-dir", default=str(RUN), help="the workflow's working directory (default bench/run)")
     ap.add_argument("--overlay", action="append", default=[],
                     help="another config overlay after bench/savings.yaml (e.g. bench/savings_methods.yaml)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "savings_summary.csv"))
     args, extra = ap.parse_known_args(argv)
     if not args.summarise_only:
-        run_workflow(args.cores, extra, args.overlay)
-    table, headline = summarise(RUN / "results" / "eval" / "comparison.csv")
-    cross = crossovers(RUN / "results" / "eval" / "curves.csv")
+        run_workflow(args.cores, extra, args.overlay, Path(args.run_dir))
+    run = Path(args.run_dir)
+    table, headline = summarise(run / "results" / "eval" / "comparison.csv")
+    cross = crossovers(run / "results" / "eval" / "curves.csv")
     if len(cross):
         summary = cross.groupby(["method", "budget"])["crossover_share_of_m0_budget"].agg(["mean", "std"])
         table = table.merge(summary.rename(columns={"mean": "crossover_share_mean", "std": "crossover_share_std"}),
