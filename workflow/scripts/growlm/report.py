@@ -51,16 +51,21 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
     large = curves[~curves["arm"].str.startswith("m_")].copy()
     large["seed"] = large["seed"].astype(str)
     large["total_tflops"] = large["total_flops"] / 1e12
-    groups = large.groupby(["d0", "L0", "d1", "L1", "n"], sort=True)
+    if "budget" not in large:  # curves of an older growlm
+        large["budget"] = comp["budget"].iloc[0] if "budget" in comp else 0
+    if "budget" not in comp:
+        comp["budget"] = large["budget"].iloc[0]
+    groups = large.groupby(["d0", "L0", "d1", "L1", "n", "budget"], sort=True)  # one panel per size and budget
     ncols = min(3, max(1, len(groups)))
     nrows = (len(groups) + ncols - 1) // ncols
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.5 * nrows), squeeze=False)
-    for ax, ((d0, L0, d1, L1, n), g) in zip(axes.flat, groups):
+    for ax, ((d0, L0, d1, L1, n, budget), g) in zip(axes.flat, groups):
         g = g.drop_duplicates(subset=["arm", "seed", "step"])
         sns.lineplot(data=g, x="total_tflops", y="val_loss", hue="arm", style="seed", ax=ax, marker="o",
                      markersize=3)
-        sub = comp[(comp.d0 == d0) & (comp.L0 == L0) & (comp.d1 == d1) & (comp.L1 == L1) & (comp.n == n)]
+        sub = comp[(comp.d0 == d0) & (comp.L0 == L0) & (comp.d1 == d1) & (comp.L1 == L1) & (comp.n == n)
+                   & (comp.budget == budget)]
         if len(sub):
             ax.axhline(sub["m0_final_val_loss"].mean(), color="grey", ls="--", lw=1, label="M_0 final loss")
             ax.axvline(sub["small_flops"].mean() / 1e12, color="grey", ls=":", lw=1,
@@ -70,7 +75,7 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
                            label="members' ensemble, untrained (test loss)")
         ax.set_xlabel("cumulative training TFLOPs (M_1 includes the small models' cost)")
         ax.set_ylabel("validation loss, level 1 (nats/token)")
-        ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}")
+        ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}, budget {int(budget):,} tokens")
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
@@ -130,6 +135,8 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
 def cost_ratio_plot(comparison_csv, out_svg) -> None:
     """Bar chart: cost ratio per method (mean over seeds, bars = spread), small models counted vs free."""
     df = pd.read_csv(comparison_csv)
+    if "budget" in df and df["budget"].nunique() > 1:  # one bar per method and budget
+        df["method"] = df["method"] + "\n" + (df["budget"] // 1000).astype(str) + "k tokens"
     long = df.melt(id_vars=["method", "seed", "d0", "d1", "n"], value_vars=["cost_ratio", "cost_ratio_small_free"],
                    var_name="accounting", value_name="ratio")
     long["accounting"] = long["accounting"].map({"cost_ratio": "small models counted",
@@ -140,7 +147,7 @@ def cost_ratio_plot(comparison_csv, out_svg) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * long["method"].nunique() + 3), 4.5))
     if len(reached):
         sns.barplot(data=reached, x="method", y="ratio", hue="accounting", errorbar="sd", capsize=0.1, ax=ax)
-        sns.stripplot(data=reached, x="method", y="ratio", hue="accounting", dodge=True, color="black", size=3,
+        sns.stripplot(data=reached, x="method", y="ratio", hue="accounting", dodge=True, palette="dark:black", size=3,
                       ax=ax, legend=False)
     missing = sorted(set(long["method"]) - set(reached["method"]))
     ax.axhline(1.0, color="grey", ls="--", lw=1)
