@@ -77,10 +77,12 @@ def test_resume_is_bitwise_identical(tmp_path):
     with pytest.raises(Killed):
         train(tiny_model(), data, data, cfg(), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv",
               log=lambda s: None, step_callback=kill_at_25)
-    messages = []
-    resumed = tiny_model(seed=99)  # different init: everything must come from the checkpoint
-    train(resumed, data, data, cfg(), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv", log=messages.append)
+    messages, steps_run = [], []
+    resumed = tiny_model()  # the job rebuilds the same initial model (the checkpoint must fit its run)
+    train(resumed, data, data, cfg(), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv", log=messages.append,
+          step_callback=steps_run.append)
     assert any("resumed from checkpoint" in m for m in messages)
+    assert steps_run[0] == 21 and steps_run[-1] == 40  # only the steps after the checkpoint ran again
     for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
 
@@ -129,3 +131,32 @@ def test_evaluate_reports_perplexity_and_accuracy():
     m = evaluate(tiny_model(), tokens(), context=T, max_tokens=1024)
     assert m["perplexity"] == pytest.approx(math.exp(m["loss"]))
     assert 0 <= m["accuracy"] <= 1 and m["tokens"] == 1024
+
+
+def test_checkpoints_of_another_run_are_not_resumed(tmp_path):
+    """A job rerun after its settings (or its initial weights) changed must start from the beginning,
+    not resume the old run's checkpoint at the same path."""
+    data = tokens()
+    messages = []
+    first = train(tiny_model(), data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "a.csv",
+                  log=messages.append)
+    assert list((tmp_path / "ck").glob("step_*"))  # the finished run left its checkpoints
+    # same settings: resumes at the end, nothing to do, same result
+    again = train(tiny_model(), data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "b.csv",
+                  log=messages.append)
+    assert again["final_val_loss"] == first["final_val_loss"]
+    assert any("resumed from checkpoint" in m for m in messages)
+    # another learning rate: a different run
+    messages.clear()
+    other = train(tiny_model(), data, data, cfg(lr=1e-3), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "c.csv",
+                  log=messages.append)
+    fresh = train(tiny_model(), data, data, cfg(lr=1e-3), ckpt_dir=tmp_path / "ck2", ledger_path=tmp_path / "d.csv",
+                  log=lambda *_: None)
+    assert any("belong to another run" in m for m in messages)
+    assert not any("resumed from checkpoint" in m for m in messages)
+    assert other["final_val_loss"] == fresh["final_val_loss"]
+    # other initial weights (e.g. the grow job reran with other options): a different run too
+    messages.clear()
+    train(tiny_model(seed=5), data, data, cfg(lr=1e-3), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "e.csv",
+          log=messages.append)
+    assert any("belong to another run" in m for m in messages)

@@ -184,9 +184,23 @@ def verify(path: Path) -> str | None:
     return None
 
 
+def fingerprint(model: torch.nn.Module, settings: dict) -> str:
+    """sha256 of a training run's identity: its settings and the model's initial weights. A
+    checkpoint resumes only a run with the same fingerprint (a collective under FSDP2)."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for name, t in sorted(_model_tensors(model).items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                log=print) -> dict | None:
-    """Restore the newest whole checkpoint into `model` and `optimizer`; return its state or None."""
+                log=print, fingerprint: str | None = None) -> dict | None:
+    """Restore the newest whole checkpoint into `model` and `optimizer`; return its state or None.
+
+    With `fingerprint`, checkpoints of another run (other settings or initial weights, e.g. a job
+    rerun after its config changed) are not resumed: they are removed, saying so, and the run
+    starts from the beginning."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return None
@@ -195,6 +209,20 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
         if problem:
             log(f"checkpoint {path} is corrupt ({problem}); falling back to the previous one")
             continue
+        if fingerprint is not None:
+            theirs = json.loads((path / "state.json").read_text()).get("fingerprint")
+            if theirs != fingerprint:
+                stale = sorted(ckpt_dir.glob("step_*"))
+                log(f"the checkpoints in {ckpt_dir} belong to another run of this job (other settings or initial "
+                    f"weights); removing {len(stale)} of them and starting from the beginning")
+                if _rank() == 0:
+                    for old in stale:
+                        shutil.rmtree(old, ignore_errors=True)
+                import torch.distributed as dist
+
+                if dist.is_available() and dist.is_initialized():
+                    dist.barrier()
+                return None
         tensors = load_file(path / "model.safetensors")
         core = getattr(model, "module", model)  # DDP: the checkpoint holds the unwrapped names
         if _is_fsdp(core):

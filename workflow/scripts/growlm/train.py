@@ -37,6 +37,10 @@ from growlm.phases import phase
 LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "lr", "train_loss", "val_loss",
                   "peak_mem_mb", "kind"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
+# TrainConfig fields that do not change what is computed (how, where, and the memory plan's choices,
+# which a re-planned run changes before resuming): left out of the run's checkpoint fingerprint
+RUN_ID_EXCLUDES = ("device", "micro_batch_size", "gradient_checkpointing", "compile", "peak_flops", "extra",
+                   "save_moments")
 
 
 @dataclass
@@ -299,7 +303,9 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     step_model = torch.compile(model) if cfg.compile else model  # the training steps' forward
     step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
 
-    state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log)
+    # a checkpoint resumes only this run: same settings (the memory plan aside) and initial weights
+    run_id = checkpoint.fingerprint(model, {k: v for k, v in asdict(cfg).items() if k not in RUN_ID_EXCLUDES})
+    state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, fingerprint=run_id)
     if state is None:
         state = {"step": 0, "wall_s": 0.0, "rows": []}
         if cfg.init_moments:
@@ -390,7 +396,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             if done % cfg.checkpoint_every == 0 or stopping:
                 _write_ledger(ledger_path, rows)
                 checkpoint.save_checkpoint(ckpt_dir, done, model, optimizer,
-                                           {"step": done, "wall_s": wall(), "rows": rows})
+                                           {"step": done, "wall_s": wall(), "rows": rows, "fingerprint": run_id})
             profiler_step()
             if step_callback is not None:
                 step_callback(done)

@@ -59,6 +59,7 @@ def save_moments(path: str | Path, model: torch.nn.Module, optimizer: torch.opti
     if _is_fsdp(getattr(model, "module", model)):
         return  # sharded moments are not gathered for carry-over; the grow job says so if asked
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file(optimizer_moments(model, optimizer), tmp)
     tmp.replace(path)
