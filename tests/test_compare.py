@@ -88,3 +88,23 @@ def test_first_reach_interpolates_and_says_never():
     led = pd.DataFrame({"step": [0, 1, 2], "flops": [0.0, 10.0, 20.0], "val_loss": [5.0, 4.0, 3.0]})
     assert first_reach(led, 3.5) == pytest.approx(15.0)
     assert math.isnan(first_reach(led, 2.0))
+
+
+def test_single_source_chains_cost_one_member(tmp_path):
+    """hyperclone (single source) grows m_1 alone: with n = 2 only m_1's training is its cost."""
+    from growlm.growth import members_used
+
+    assert members_used(["hyperclone", "zero_block"], 2) == 1
+    assert members_used(["concat", "zero_block"], 3) == 3
+    assert members_used("ligo", 2) == 2 and members_used(["vcycle"], 0) == 0
+    combos, paths = make_experiment(tmp_path, {"0.001": [8, 6, 5.0]}, {"0.001": [6, 5, 4.0]}, seeds=(0,))
+    growth = tmp_path / "grown" / "g" / "s0" / "growth.json"
+    ledger(tmp_path / "small" / "m2", [9.0, 8.5])
+    two = [{"dir": str(tmp_path / "small" / f"m{i}"), "flops": f, "wall_s": 1.0} for i, f in ((1, 50.0), (2, 70.0))]
+    from growlm.evaluate import compare_one
+
+    for chain, cost, arm in ((["hyperclone", "zero_block"], 50.0, "single-source"),
+                             (["concat", "zero_block"], 120.0, "n members")):
+        growth.write_text(json.dumps({"members": two, "growth_flops": 0, "chain": chain}))
+        row, _ = compare_one({**combos[0], "n": 2}, paths)
+        assert row["small_flops"] == cost and arm in row["arm"]

@@ -123,6 +123,11 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
     growth = json.loads((grown_dir / "growth.json").read_text())
+    # only the members the method used are its cost: a chain of single-source operators grows m_1 alone
+    from growlm.growth import members_used
+
+    if growth.get("chain"):
+        growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]
     small_flops = float(sum(m["flops"] for m in growth["members"]))
     small_wall = float(sum(m["wall_s"] for m in growth["members"]))
     growth_flops = float(growth.get("growth_flops", 0))
@@ -142,6 +147,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
 
     row = {
         **{k: v for k, v in combo.items() if k != "lr"},
+        "members_used": len(growth["members"]),
         "m0_lr": m0_lr,
         "m1_lr": combo["lr"],
         "m0_final_val_loss": m0_final,
@@ -174,6 +180,8 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
         row["arm"] = "control: m_1 only"
     elif not growth["members"]:
         row["arm"] = "schedule (no small model)"
+    elif len(growth["members"]) == 1 and int(combo["n"]) > 1:
+        row["arm"] = "grown from m_1 (single-source operator)"
     else:
         row["arm"] = "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}

@@ -254,8 +254,11 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     wall = time.perf_counter() - t0
     flops = int(getattr(grown, "growlm_growth_flops", 0))
     save_grown(grown, out_dir)
+    from growlm.growth import members_used
+
+    used = member_dirs[:members_used(chain, len(member_dirs))]  # a single-source chain grows m_1 only
     member_cost = []
-    for d in dict.fromkeys(str(d) for d in member_dirs):  # m_1 fed n times (control) costs once
+    for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
         meta = json.loads((Path(d) / "growlm.json").read_text())
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
     carried = {}

@@ -85,7 +85,7 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
 
 
 COMPARISON_COLUMNS = {
-    "method": "method", "arm": "arm", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "seed": "seed",
+    "method": "method", "arm": "arm", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used", "seed": "seed",
     "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
     "m1_step0_val_loss": "M'_1 val loss at step 0",

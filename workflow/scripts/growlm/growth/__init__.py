@@ -46,7 +46,16 @@ _AXIS_ORDER = {"width": 0, "both": 1, "depth": 2}
 GROWN_JSON = "growlm_grown.json"
 GROWN_TENSORS = "growlm_grown.safetensors"
 
-__all__ = ["grow", "METHODS", "save_grown", "load_grown", "options_of", "GrownGPT2", "plan"]
+__all__ = ["grow", "METHODS", "save_grown", "load_grown", "options_of", "members_used", "GrownGPT2", "plan"]
+
+
+def members_used(method, n: int) -> int:
+    """How many of n members `method` (a name or chain) actually uses: all n when an operator of the
+    chain combines members (concat, stack_members, ligo, mango), else only the first (m_1)."""
+    chain = [method] if isinstance(method, str) else list(method)
+    if not chain:
+        return 0
+    return n if any(OPERATORS[name].multi for name in chain if name in OPERATORS) else min(n, 1)
 
 
 def options_of(name: str) -> dict:
