@@ -92,8 +92,8 @@ def main(argv=None) -> int:
 
 def crossovers(curves_csv: Path) -> pd.DataFrame:
     """Per method, seed and budget: the share of M_0's budget after which M_0's validation loss stays
-    below M_1's at equal total FLOPs (M_1's curve shifted by the small models' cost); NaN if M_1
-    stays ahead to the end, 0 if it is never ahead."""
+    below M_1's at equal total FLOPs (M_1's curve shifted by the small models' cost); 1 if M_1 is
+    still ahead at the end of M_0's budget, 0 if it is never ahead."""
     import numpy as np
 
     c = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
@@ -111,7 +111,7 @@ def crossovers(curves_csv: Path) -> pd.DataFrame:
         if not ahead.any():
             share = 0.0
         elif ahead[-1]:
-            share = float("nan")
+            share = 1.0
         else:
             last_ahead = np.nonzero(ahead)[0].max()
             share = float(grid[last_ahead + 1] / grid[-1])
