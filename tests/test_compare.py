@@ -108,3 +108,18 @@ def test_single_source_chains_cost_one_member(tmp_path):
         growth.write_text(json.dumps({"members": two, "growth_flops": 0, "chain": chain}))
         row, _ = compare_one({**combos[0], "n": 2}, paths)
         assert row["small_flops"] == cost and arm in row["arm"]
+
+
+def test_report_table_lists_the_learning_rate_sweep(tmp_path, monkeypatch):
+    from growlm.report import comparison_html
+
+    m0 = {"0.001": [8, 6, 5.0], "0.002": [8, 6, 4.5]}
+    combos, paths = make_experiment(tmp_path, m0, {"0.001": [6, 5, 4.0], "0.002": [6, 5, 4.4]}, seeds=(0,))
+    monkeypatch.setattr("growlm.evaluate.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.data.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                     unigram_train="x", unigram_test="y", vocab_size=8, lr_sweep_csv=tmp_path / "s.csv")
+    comparison_html(tmp_path / "c.csv", tmp_path / "t.html", tmp_path / "s.csv")
+    html = (tmp_path / "t.html").read_text()
+    assert "Learning-rate sweep" in html and 'id="lr_sweep"' in html
+    assert "M_0 peak lr" in html and "members used" in html
