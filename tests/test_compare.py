@@ -123,3 +123,17 @@ def test_report_table_lists_the_learning_rate_sweep(tmp_path, monkeypatch):
     html = (tmp_path / "t.html").read_text()
     assert "Learning-rate sweep" in html and 'id="lr_sweep"' in html
     assert "M_0 peak lr" in html and "members used" in html
+
+
+def test_only_multi_member_chains_get_a_single_member_control():
+    """The m_1-only control repeats a single-source chain exactly, so the workflow adds it only where
+    an operator combines members."""
+    from growlm.experiment import needs_single_member_control
+
+    assert needs_single_member_control(["concat", "zero_block"])
+    assert needs_single_member_control("ligo")
+    assert needs_single_member_control("hyperclone+stack_members")
+    assert not needs_single_member_control(["hyperclone", "zero_block"])
+    assert not needs_single_member_control("msg")
+    assert not needs_single_member_control("apollo")
+    assert not needs_single_member_control("vcycle")

@@ -19,6 +19,7 @@ from growlm.experiment import (  # noqa: E402
     method_chain,
     is_single_member_control,
     method_id,
+    needs_single_member_control,
     normalise_sweep,
 )
 
@@ -35,7 +36,8 @@ SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
 if config["controls"]["single_member"]:
-    METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS if m not in SCHEDULES]
+    # single-source chains and the schedules already use m_1 alone (or no member): no duplicate arm
+    METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS if needs_single_member_control(m)]
 
 
 wildcard_constraints:

@@ -33,6 +33,16 @@ def is_single_member_control(method_id_: str) -> bool:
     return method_id_.endswith(SINGLE_MEMBER)
 
 
+def needs_single_member_control(method) -> bool:
+    """Whether the m_1-only control of `method` differs from the method itself: only chains with an
+    operator that combines several members (concat, stack_members, ligo, mango) do; a single-source
+    chain already grows m_1 alone, and the schedules (vcycle, apollo) use no member."""
+    from growlm.growth import members_used
+
+    chain = method_chain(method)
+    return not any(name in SCHEDULES for name in chain) and members_used(chain, 2) > 1
+
+
 def method_id(method) -> str:
     """The path-safe id of a method or chain: names joined by '+'."""
     return "+".join(method_chain(method))
