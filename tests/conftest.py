@@ -27,8 +27,25 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+def _no_controller_slurm_conf() -> Path:
+    """A slurm.conf whose controller answers 'unreachable' at once (MessageTimeout=1).
+
+    Snakemake imports its SLURM executor plugin on every start, and the plugin runs
+    `scontrol show config` at import. Once tests/test_slurm.py has installed SLURM and stopped its
+    cluster, /etc/slurm/slurm.conf names a controller that is down, and each scontrol call waits
+    about 9 s for it (MessageTimeout=10): 9 s added to every local Snakemake run after the SLURM
+    tests. Local runs get this file as SLURM_CONF instead; the cluster tests do not use it."""
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / "growlm-tests-no-slurmctld.conf"
+    path.write_text("ClusterName=none\nSlurmctldHost=localhost\nMessageTimeout=1\n"
+                    "NodeName=localhost CPUs=1\nPartitionName=none Nodes=localhost\n")
+    return path
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    """Snakemake with the local executor (the cluster tests use tests/slurm_cluster.py)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_CONF": str(_no_controller_slurm_conf())}
     proc = subprocess.run([*SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")

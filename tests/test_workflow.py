@@ -88,8 +88,9 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
     counts = job_counts(out)
     assert counts.get("train_small") == 1  # only m3
     assert "train_baseline" not in counts and "fit_tokenizer" not in counts and "clean_level" not in counts
-    assert counts.get("grow") == 4 and counts.get("refine") == 4  # two methods and their controls at n=3
-    assert counts.get("evaluate_model") == 5  # m3 and the four new M_1
+    # at n=3: concat, its m_1-only control, hyperclone (single-source, so no control of its own)
+    assert counts.get("grow") == 3 and counts.get("refine") == 3
+    assert counts.get("evaluate_model") == 4  # m3 and the three new M_1
     assert counts.get("evaluate_ensemble") == 1
     assert counts.get("compare") == 1 and counts.get("report_figures") == 1
 
