@@ -96,6 +96,22 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("change, reruns, keeps", [
+    ("train: {small: {tokens: 14000}}", {"train_small", "grow", "refine"}, {"train_baseline"}),
+    ("train: {large: {warmup_steps: 4}}", {"train_baseline", "refine"}, {"train_small", "grow"}),
+    ("train: {refine: {warmup_steps: 2}}", {"refine"}, {"train_small", "train_baseline", "grow"}),
+])
+def test_a_training_setting_reruns_only_the_jobs_that_read_it(tiny_run, tmp_path, change, reruns, keeps):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text(change + "\n")
+    out = run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
+                        str(overlay)).stdout
+    counts = job_counts(out)
+    assert reruns <= set(counts), (change, counts)
+    assert not keeps & set(counts), (change, counts)
+
+
+@pytest.mark.slow
 def test_grown_model_preserves_the_member_before_training(tiny_run):
     """M'_1's validation loss at step 0 (ledger) equals member m_1's loss on the same data."""
     import torch
