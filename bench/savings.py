@@ -53,7 +53,8 @@ def summarise(comparison_csv: Path) -> tuple[pd.DataFrame, str]:
                   loss_gap_equal_flops_mean=("loss_gap_equal_flops", "mean"),
                   m0_final_val_loss=("m0_final_val_loss", "mean"),
                   m1_final_val_loss=("m1_final_val_loss", "mean"),
-                  ensemble_test_loss=("ensemble_test_loss", "mean")).reset_index()
+                  **({"ensemble_test_loss": ("ensemble_test_loss", "mean")}
+                     if "ensemble_test_loss" in df else {})).reset_index()  # absent without the ensemble control
     full = table[table["reached"] == table["seeds"]]  # a method counts only if every seed got there
     if len(full):
         best = full.sort_values("cost_ratio_mean").iloc[0]
