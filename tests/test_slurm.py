@@ -378,7 +378,7 @@ def test_preemption_requeue_resumes_without_snakemake_retry(cluster, tmp_path):
 
 
 def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_path):
-    """The real workflow (tiny config, one method, GPU jobs on the fake GPU) through
+    """The real workflow (tiny config, one member, one method, GPU jobs on the fake GPU) through
     profiles/slurm-local; the scheduler shows the training jobs with the resources they asked for.
     The corpus, tokenizer and token files of the local tiny run are reused, so that the cluster runs
     the training, growth and evaluation jobs (the slow part here is the plugin's status polling)."""
@@ -393,6 +393,7 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_p
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
+        "n: [1]\n"  # hyperclone grows m_1 alone; a second member would only queue behind the others
         "controls: {single_member: false, ensemble: false}\n"
         "profile: {tools: []}\n"
         "resources: {gpu: 1, cpus_per_gpu: 1, mem_mb: 900, runtime: 15}\n"
