@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+@functools.cache
 def _no_controller_slurm_conf() -> Path:
     """A slurm.conf whose controller answers 'unreachable' at once (MessageTimeout=1).
 

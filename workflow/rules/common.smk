@@ -21,6 +21,7 @@ from growlm.experiment import (  # noqa: E402
     method_id,
     needs_single_member_control,
     normalise_sweep,
+    train_settings,
 )
 
 coerce_command_line(config)
@@ -181,14 +182,3 @@ def shortest_refine_steps():
     batch = refine.get("batch_size", config["train"]["large"]["batch_size"])
     return min(SWEEP["budgets"]) // (batch * config["model"]["context"])
 
-
-TRAIN_STAGES = {"small": ("small",), "baseline": ("large",), "refine": ("large", "refine")}
-
-
-def train_params(kind):
-    """The part of config["train"] a training job of `kind` reads (its stage sections and the shared
-    keys), as the rule's params: changing the members' settings must not rerun M_0, and the other way
-    round (Snakemake reruns a job whose params changed)."""
-    stages = ("small", "large", "refine")
-    shared = {k: v for k, v in config["train"].items() if k not in stages}
-    return {**shared, **{s: config["train"].get(s) or {} for s in TRAIN_STAGES[kind]}}

@@ -14,7 +14,7 @@ rule train_small:
         ledger=f"{SMALL}/ledger.csv",
         plan=f"{SMALL}/plan.json",
     params:
-        train=train_params("small"),
+        train=train_settings(config, "small"),
         model=config["model"],
         members=config["members"],
     threads: config["train"]["threads"]
@@ -44,7 +44,7 @@ rule train_baseline:
         ledger=f"{BASELINE}/ledger.csv",
         plan=f"{BASELINE}/plan.json",
     params:
-        train=train_params("baseline"),
+        train=train_settings(config, "large"),
         model=config["model"],
     threads: config["train"]["threads"]
     resources:
@@ -74,7 +74,7 @@ rule refine:
         ledger=f"{REFINED}/ledger.csv",
         plan=f"{REFINED}/plan.json",
     params:
-        train=train_params("refine"),
+        train=train_settings(config, "refine"),
         model=config["model"],
     threads: config["train"]["threads"]
     resources:

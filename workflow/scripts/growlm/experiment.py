@@ -137,15 +137,27 @@ def check_experiment(config: dict, sweep: dict) -> None:
         raise ValueError(f"corpus.sources names must be unique; repeated: {', '.join(sorted(dupes))}")
 
 
+STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
+
+
+def train_settings(config: dict, stage: str) -> dict:
+    """The part of config["train"] a job of `stage` reads: the shared keys and STAGE_SECTIONS[stage].
+    The training rules declare it as params, so that Snakemake reruns a job only when a setting it
+    reads changed (the members' schedule never reruns M_0)."""
+    shared = {k: v for k, v in config["train"].items() if k not in ("small", "large", "refine")}
+    return {**shared, **{s: config["train"].get(s) or {} for s in STAGE_SECTIONS[stage]}}
+
+
 def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
                  tokens: int | None = None, lr: float | None = None) -> TrainConfig:
     """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'); `tokens` is the budget of
     a large job (the `budget` wildcard), else the stage's configured tokens; `lr` the peak learning
     rate of a large job (the `lr` wildcard), else the stage's configured one."""
     t = config["train"]
-    base = dict(t["large"] if stage in ("large", "refine") else t["small"])
-    if stage == "refine":
-        base.update({k: v for k, v in (t.get("refine") or {}).items() if k != "tokens"})
+    first, *overrides = STAGE_SECTIONS[stage]  # refine: large's settings, refine's on top (not its tokens)
+    base = dict(t[first])
+    for section in overrides:
+        base.update({k: v for k, v in (t.get(section) or {}).items() if k != "tokens"})
     if tokens is not None:
         base["tokens"] = tokens
     if lr is not None:
