@@ -282,6 +282,17 @@ def test_methods_and_options_listed():
     assert options_of("zero_block") == {"position": "interleave"}
 
 
+def test_torch_free_method_table_matches_the_registry():
+    """growlm.methods (what the Snakefile reads without torch) lists exactly the registered
+    operators, with the same answer to 'does it combine several members'."""
+    import growlm.methods
+
+    assert growlm.methods.METHODS == METHODS
+    assert growlm.methods.OPERATORS == {name: op.multi for name, op in OPERATORS.items()}
+    assert growlm.methods.members_used(["concat", "zero_block"], 3) == 3
+    assert growlm.methods.members_used("msg", 3) == 1
+
+
 # ------------------------------------------------------------------------------------------------
 # bad requests
 # ------------------------------------------------------------------------------------------------

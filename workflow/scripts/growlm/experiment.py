@@ -7,8 +7,12 @@ turn config sections into a `TrainConfig`, so both agree on every value.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
-from growlm.train import TrainConfig
+from growlm.methods import METHODS, members_used
+
+if TYPE_CHECKING:  # torch; the Snakefile imports this module and should not wait for torch
+    from growlm.train import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
 
@@ -37,8 +41,6 @@ def needs_single_member_control(method) -> bool:
     """Whether the m_1-only control of `method` differs from the method itself: only chains with an
     operator that combines several members (concat, stack_members, ligo, mango) do; a single-source
     chain already grows m_1 alone, and the schedules (vcycle, apollo) use no member."""
-    from growlm.growth import members_used
-
     chain = method_chain(method)
     return not any(name in SCHEDULES for name in chain) and members_used(chain, 2) > 1
 
@@ -113,20 +115,15 @@ def check_experiment(config: dict, sweep: dict) -> None:
     for L0, L1 in itertools.product(sweep["L0"], sweep["L1"]):
         if L1 < L0:
             raise ValueError(f"L1={L1} is smaller than L0={L0}: the grown model must be at least as deep")
-    try:
-        from growlm.growth import METHODS
-    except ImportError:  # growth library not importable: the grow job will say why
-        METHODS = None
-    if METHODS is not None:
-        for m in sweep["methods"]:
-            for name in method_chain(m):
-                if name in SCHEDULES:
-                    if len(method_chain(m)) > 1:
-                        raise ValueError(f"{name} is a training schedule and cannot be chained")
-                    continue
-                if name not in METHODS:
-                    raise ValueError(f"unknown growth method {name!r} in methods; known: "
-                                     f"{', '.join([*METHODS, *SCHEDULES])}")
+    for m in sweep["methods"]:
+        for name in method_chain(m):
+            if name in SCHEDULES:
+                if len(method_chain(m)) > 1:
+                    raise ValueError(f"{name} is a training schedule and cannot be chained")
+                continue
+            if name not in METHODS:
+                raise ValueError(f"unknown growth method {name!r} in methods; known: "
+                                 f"{', '.join([*METHODS, *SCHEDULES])}")
     levels = {int(s["level"]) for s in config["corpus"]["sources"]}
     for needed in (0, 1):
         if needed not in levels:
@@ -162,6 +159,8 @@ def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
         base["tokens"] = tokens
     if lr is not None:
         base["lr"] = lr
+    from growlm.train import TrainConfig
+
     return TrainConfig(
         tokens=int(base["tokens"]),
         batch_size=int(base.get("batch_size", 16)),

@@ -32,6 +32,7 @@ from transformers import GPT2LMHeadModel
 from growlm.errors import GrowlmError
 from growlm.growth.common import INFO, Shape
 from growlm.growth.registry import OPERATORS
+from growlm.methods import members_used  # noqa: F401 (the torch-free table's answer)
 
 # operators register themselves on import
 from growlm.growth import clone, depth  # noqa: E402,F401
@@ -47,15 +48,6 @@ GROWN_JSON = "growlm_grown.json"
 GROWN_TENSORS = "growlm_grown.safetensors"
 
 __all__ = ["grow", "METHODS", "save_grown", "load_grown", "options_of", "members_used", "GrownGPT2", "plan"]
-
-
-def members_used(method, n: int) -> int:
-    """How many of n members `method` (a name or chain) actually uses: all n when an operator of the
-    chain combines members (concat, stack_members, ligo, mango), else only the first (m_1)."""
-    chain = [method] if isinstance(method, str) else list(method)
-    if not chain:
-        return 0
-    return n if any(OPERATORS[name].multi for name in chain if name in OPERATORS) else min(n, 1)
 
 
 def options_of(name: str) -> dict:
