@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from growlm.errors import GrowlmError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def encode_file(text_file: str | Path, tokenizer, out_file: str | Path, *, batch_lines: int = 4096) -> int:
@@ -71,6 +75,8 @@ class BatchSampler:
         self.seed = seed
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch  # here, not at the top: encoding a split (encode_split jobs) needs no torch
+
         rng = np.random.default_rng([self.seed, step])
         starts = rng.integers(0, self.tokens.size - self.context - 1, size=self.batch_size)
         idx = starts[:, None] + np.arange(self.context + 1)[None, :]
@@ -80,6 +86,8 @@ class BatchSampler:
 
 def eval_batches(tokens: np.ndarray, *, batch_size: int, context: int, max_tokens: int | None = None):
     """Non-overlapping windows covering the split (up to `max_tokens`), for held-out metrics."""
+    import torch
+
     n_win = (tokens.size - 1) // context
     if max_tokens is not None:
         n_win = min(n_win, max(1, max_tokens // context))

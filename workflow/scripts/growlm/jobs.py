@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from growlm.errors import GrowlmError
 
 
 def choose_device() -> str:
+    import torch  # here, not at the top: the corpus and report jobs need no torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -130,6 +130,8 @@ def processes_for(config: dict) -> int:
 
     if os.environ.get("GROWLM_NPROC"):
         return int(os.environ["GROWLM_NPROC"])
+    import torch
+
     want = int(config["resources"].get("gpu", 0) or 0)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if want > 1 and have < want:
@@ -153,7 +155,7 @@ def _train_distributed(nproc: int, *, model_spec: dict, cfg, train_file, val_fil
     plan_path = ckpt / "plan.json"
     if not plan_path.is_file():
         spec = {k: v for k, v in model_spec.items() if k != "seed"}
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = choose_device()
         write_plan(make_plan(gpt2_config(**spec), context=cfg.context, global_batch=cfg.batch_size, n_devices=nproc,
                              memory_limit_gb=memory_limit_gb, device=device, log=_log), plan_path)
     (ckpt / "model.json").write_text(json.dumps(model_spec))
