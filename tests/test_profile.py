@@ -49,6 +49,17 @@ def test_nsys_old_header_variant():
     assert df.loc["forward", "calls"] == 3
 
 
+def test_nsys_nvtxsum_real_2022_4_export():
+    """A real `nsys stats --report nvtxsum` export (Nsight Systems 2022.4.2, no GPU) of the demo
+    workload, 5 captured steps: the capture range itself is not a phase."""
+    df = T.nsys_phases(FIX / "nsys_nvtxsum_2022.4_cpu.csv").set_index("phase")
+    assert list(df.index) == ["data", "forward", "backward", "optimizer", "eval"]
+    assert df.loc[["data", "forward", "backward", "optimizer"], "calls"].tolist() == [5, 5, 5, 5]
+    assert df.loc["eval", "calls"] == 1
+    assert df.loc["forward", "total_ms"] == pytest.approx(119.390838)  # 119,390,838 ns
+    assert df["share"].sum() == pytest.approx(1.0)
+
+
 def test_nsys_kernels_and_gpu_busy():
     k = T.nsys_kernels(FIX / "nsys_cuda_gpu_kern_sum_format_sample.csv")
     assert list(k.columns) == T.KERNEL_COLUMNS
@@ -172,6 +183,8 @@ def test_detect_tools_without_gpu_or_nsight(tmp_path, monkeypatch):
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{broken.parent}:/usr/bin:/bin")
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
+    monkeypatch.delenv("GROWLM_NSYS", raising=False)
+    monkeypatch.setattr(P, "_SEARCH", {})  # only PATH: ignore a real install under /opt/nvidia
     tools = P.detect_tools()
     assert tools["cuda"] is False and tools["torch"]["works"] is True
     for name in ("nsys", "ncu"):
@@ -184,6 +197,7 @@ def test_detect_tools_without_gpu_or_nsight(tmp_path, monkeypatch):
 @pytest.mark.parametrize("tool", ["nsys", "ncu"])
 def test_profile_run_falls_back_to_torch_cpu(tool, tmp_path, monkeypatch):
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
+    monkeypatch.setattr(P, "find_tool", lambda name: [])  # neither Nsight tool installed
     run = P.profile_run(tool, P.DEMO_WORKLOAD, tmp_path, steps=2, warmup=1, timeout=120)
     assert run["requested"] == tool and run["profiler"] == "torch-cpu"
     assert [a["profiler"] for a in run["attempts"]] == [tool, "torch-cuda", "torch-cpu"]
@@ -201,3 +215,45 @@ def test_profile_run_raises_when_the_workload_itself_fails(tmp_path):
         P.profile_run("torch", [sys.executable, "-c", "raise SystemExit(2)"], tmp_path, steps=1,
                       warmup=0, timeout=60)
     assert json.loads((tmp_path / "run.json").read_text())["profiler"] is None
+
+
+@pytest.fixture(scope="module")
+def nsys_cli() -> str:
+    """A real nsys: the one installed, else Debian 12's Nsight Systems 2022.4 (tests/nsight_systems.py)."""
+    from nsight_systems import NsysUnavailable, ensure_nsys
+
+    try:
+        return ensure_nsys()
+    except NsysUnavailable as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks nsys without a GPU")
+def test_profile_run_with_real_nsys_on_cpu(nsys_cli, tmp_path, monkeypatch):
+    """nsys without a GPU traces the workload's NVTX ranges inside its capture range; the phase
+    table comes from `nsys stats` and says so."""
+    monkeypatch.setenv("GROWLM_NSYS", nsys_cli)
+    monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
+    run = P.profile_run("nsys", P.DEMO_WORKLOAD, tmp_path, steps=3, warmup=2, timeout=300)
+    assert run["profiler"] == "nsys", run["fallback_reason"]
+    assert (tmp_path / "profile.nsys-rep").stat().st_size > 0
+    phases = pd.read_csv(tmp_path / "phases.csv").set_index("phase")
+    assert (phases["profiler"] == "nsys").all()
+    # only the 3 captured steps, not the 2 warm-up steps; eval runs in the last step
+    assert phases.loc[["data", "forward", "backward", "optimizer"], "calls"].tolist() == [3, 3, 3, 3]
+    assert phases.loc["eval", "calls"] == 1 and (phases["total_ms"] > 0).all()
+    s = pd.read_csv(tmp_path / "summary.csv")
+    assert s.loc[0, "profiler"] == "nsys" and s.loc[0, "device"] == "cpu"
+    assert pd.isna(s.loc[0, "gpu_busy_fraction"]) and "without a GPU" in s.loc[0, "notes"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks nsys without a GPU")
+def test_nsys_that_sees_no_capture_range_falls_back_and_says_why(nsys_cli, tmp_path, monkeypatch):
+    """A workload that never opens the NVTX capture range (what nvtx >= 0.2.12 looks like to
+    Nsight Systems 2022.4): nsys captures nothing, torch.profiler takes over, run.json says why."""
+    monkeypatch.setenv("GROWLM_NSYS", nsys_cli)
+    monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
+    monkeypatch.setattr(P, "CAPTURE_RANGE", "a-range-nobody-opens")
+    run = P.profile_run("nsys", P.DEMO_WORKLOAD, tmp_path, steps=1, warmup=1, timeout=300)
+    assert run["profiler"] == "torch-cpu"
+    assert "never saw the NVTX range a-range-nobody-opens@growlm" in run["fallback_reason"]

@@ -82,6 +82,35 @@ def test_tiny_run_makes_the_report(tiny_run):
 
 
 @pytest.mark.slow
+def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
+    """The profiling rules on a machine without a GPU: ncu falls back to torch.profiler (CPU) and
+    says why; nsys runs itself where it is installed (NVTX ranges only), else falls back too.
+    Every table names the profiler that made it, and the report has the Profile section."""
+    import json
+
+    import pandas as pd
+
+    report_html = (tiny_run / "results/report/profile.html").read_text()
+    assert "<h3>Profile</h3>" in report_html and 'id="profile-cost"' in report_html
+    for tool in ("nsys", "ncu"):
+        for kind in ("small", "baseline", "refine"):
+            folder = tiny_run / "results/profile" / tool / kind
+            found = json.loads((folder / "tools.json").read_text())  # what the job detected
+            assert found["cuda"] is False
+            made_by = "nsys" if tool == "nsys" and found["nsys"]["works"] else "torch-cpu"
+            summary = pd.read_csv(folder / "summary.csv")
+            assert summary.loc[0, "profiler"] == made_by and summary.loc[0, "requested_tool"] == tool
+            assert summary.loc[0, "window_steps"] > 0 and summary.loc[0, "peak_memory_mb"] > 0
+            if made_by == "torch-cpu":
+                assert f"{tool}:" in summary.loc[0, "notes"]  # the fallback names the tool and why
+            phases = pd.read_csv(folder / "phases.csv")
+            assert {"data", "forward", "backward", "optimizer"} <= set(phases["phase"])
+            assert (phases["profiler"] == made_by).all() and (phases["total_ms"] > 0).all()
+            assert f"{kind}: requested {tool}, tables made by <code>{made_by}</code>" in report_html
+    assert "profile.html" in (tiny_run / "results/report.html").read_text(errors="replace")
+
+
+@pytest.mark.slow
 def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
     out = run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
                         "--config", "n_members=[2,3]").stdout

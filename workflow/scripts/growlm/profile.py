@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from growlm.errors import GrowlmError
+from growlm.profile_tables import NVTX_TOO_NEW
 
 try:  # nvtx is a declared dependency; fall back to torch.cuda.nvtx where it is missing
     import nvtx as _nvtx
@@ -46,6 +47,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 PHASES = ("data", "forward", "backward", "optimizer", "eval", "grow")
 NVTX_DOMAIN = "growlm"
+# The NVTX range around the capture window: what nsys captures on a machine without a GPU
+# (`--capture-range=nvtx --nvtx-capture=capture@growlm`; with a GPU it uses cudaProfilerApi).
+CAPTURE_RANGE = "capture"
 
 # Environment variables the training loop honours (through session_from_env).
 ENV_PROFILER = "GROWLM_PROFILER"  # nsys | ncu | torch | torch-cpu | (unset/none: no profiling)
@@ -127,6 +131,7 @@ class _Window:
         self.out_dir, self.mode, self.warmup, self.active = out_dir, mode, warmup, active
         self.steps_done = 0
         self.t_start = self.t_stop = None
+        self._nvtx_open = False
 
     def _sync(self):
         if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -137,6 +142,10 @@ class _Window:
         self.t_start = time.perf_counter()
         if self.mode in ("nsys", "ncu") and torch.cuda.is_available():
             torch.cuda.profiler.start()
+        if self.mode == "nsys" and _nvtx is not None:
+            # nsys without a GPU captures the NVTX range CAPTURE_RANGE (--capture-range=nvtx)
+            _nvtx.push_range(CAPTURE_RANGE, domain=NVTX_DOMAIN)
+            self._nvtx_open = True
 
     def close(self):
         if self.t_start is None or self.t_stop is not None:
@@ -145,6 +154,9 @@ class _Window:
         self.t_stop = time.perf_counter()
         if self.mode in ("nsys", "ncu") and torch.cuda.is_available():
             torch.cuda.profiler.stop()
+        if self._nvtx_open:
+            _nvtx.pop_range(domain=NVTX_DOMAIN)
+            self._nvtx_open = False
 
     def step(self):
         self.steps_done += 1
@@ -257,7 +269,8 @@ def session_from_env(*, warmup: int, steps: int, out_dir: str | Path | None = No
     """What the training loop calls: (ctx, step_fn) for the profiler `profile_run` asked for.
 
     GROWLM_PROFILER=nsys|ncu: opens the cudaProfilerApi window (torch.cuda.profiler.start/stop)
-    after `warmup` steps for `steps` steps. =torch|torch-cuda|torch-cpu: torch.profiler session.
+    after `warmup` steps for `steps` steps, and for nsys also the NVTX range CAPTURE_RANGE (what
+    nsys captures where there is no GPU). =torch|torch-cuda|torch-cpu: torch.profiler session.
     Unset/none: a no-op (ctx does nothing, step_fn is cheap). GROWLM_PROFILE_WARMUP/_STEPS
     override the arguments; GROWLM_PROFILE_DIR overrides out_dir."""
     mode = os.environ.get(ENV_PROFILER, "").strip().lower()
@@ -425,12 +438,14 @@ def _probe_nsys(path: str, cuda: bool, timeout: float) -> tuple[bool, str]:
             why = ("wrote a .qdstrm but no .nsys-rep (QdstrmImporter missing?)" if qd
                    else f"no report (rc={rc}): {_first_line(out)}")
             return False, why
-        report = "cuda_api_sum" if cuda else "osrt_sum"
-        rc, out = _run([path, "stats", "--report", report, "--format", "csv", "--force-export=true",
-                        "--output", f"{tmp}/probe", str(rep)], timeout=timeout)
-        if rc != 0 or not list(Path(tmp).glob("probe_*.csv")):
-            return False, f"nsys stats failed (rc={rc}): {_first_line(out)}"
-        return True, "nsys profile + nsys stats work"
+        # report names of Nsight Systems 2023+, then the older ones
+        for report in (("cuda_api_sum", "cudaapisum") if cuda else ("osrt_sum", "osrtsum")):
+            rc, out = _run([path, "stats", "--report", report, "--format", "csv",
+                            "--force-export=true", "--output", f"{tmp}/probe", str(rep)],
+                           timeout=timeout)
+            if rc == 0 and list(Path(tmp).glob("probe_*.csv")):
+                return True, "nsys profile + nsys stats work"
+        return False, f"nsys stats failed (rc={rc}): {_first_line(out)}"
 
 
 def _probe_ncu(path: str, cuda: bool, timeout: float) -> tuple[bool, str]:
@@ -541,9 +556,20 @@ def _tail(text: str, n: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
-def _attempt_nsys(nsys, cmd, out_dir, env, timeout) -> tuple[bool, str, list]:
-    prof_cmd = [nsys, "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                "--trace=cuda,nvtx,osrt", "--cuda-memory-usage=true", "--sample=none",
+def _attempt_nsys(nsys, cmd, out_dir, env, timeout, *, cuda: bool = True) -> tuple[bool, str, list]:
+    """nsys profile + nsys stats. With a GPU: CUDA, NVTX and OS-runtime trace in the
+    cudaProfilerApi window. Without one: NVTX and OS-runtime trace in the workload's NVTX range
+    CAPTURE_RANGE, so the phase table (nvtx_sum) is still nsys's own measurement."""
+    if cuda:
+        capture = ["--capture-range=cudaProfilerApi", "--trace=cuda,nvtx,osrt",
+                   "--cuda-memory-usage=true"]
+        reports = NSYS_REPORTS
+    else:
+        capture = ["--capture-range=nvtx", f"--nvtx-capture={CAPTURE_RANGE}@{NVTX_DOMAIN}",
+                   "--trace=nvtx,osrt"]
+        reports = ("nvtx_sum",)
+        env = {**env, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}  # match unregistered strings too
+    prof_cmd = [nsys, "profile", *capture, "--capture-range-end=stop", "--sample=none",
                 "--cpuctxsw=none", "-o", str(out_dir / "profile.nsys-rep"),
                 "--force-overwrite=true", *cmd]
     rc, out = _run(prof_cmd, timeout=timeout, env=env)
@@ -553,11 +579,14 @@ def _attempt_nsys(nsys, cmd, out_dir, env, timeout) -> tuple[bool, str, list]:
         if not rep.exists():
             if list(out_dir.glob("*.qdstrm")):
                 return False, "nsys wrote a .qdstrm but no .nsys-rep (QdstrmImporter missing?)", log
+            if not cuda and rc == 0:
+                return False, ("nsys captured nothing: it never saw the NVTX range "
+                               f"{CAPTURE_RANGE}@{NVTX_DOMAIN} {NVTX_TOO_NEW}"), log
             return False, f"nsys produced no report (rc={rc}): {_first_line(out)}", log
         if rc != 0:
             return False, f"workload under nsys exited with {rc}: {_first_line(out)}", log
         made = []
-        for report in NSYS_REPORTS:
+        for report in reports:
             for name in (report, NSYS_OLD_REPORTS.get(report)):
                 if name is None:
                     continue
@@ -573,9 +602,20 @@ def _attempt_nsys(nsys, cmd, out_dir, env, timeout) -> tuple[bool, str, list]:
                     break
         if "nvtx_sum" not in made and "cuda_gpu_kern_sum" not in made:
             return False, "nsys stats produced neither nvtx_sum nor cuda_gpu_kern_sum", log
-        return True, f"nsys reports: {', '.join(made)}", log
+        if not cuda and not _has_rows(out_dir / "nsys_nvtx_sum.csv"):
+            return False, f"nsys recorded no NVTX ranges {NVTX_TOO_NEW}", log
+        return True, f"nsys reports: {', '.join(made)}" + ("" if cuda else " (CPU: NVTX only)"), log
     finally:
         (out_dir / "nsys.log").write_text("\n".join(log))
+
+
+def _has_rows(csv_path: Path) -> bool:
+    """Whether a CSV export holds a header and at least one data row."""
+    try:
+        lines = [ln for ln in csv_path.read_text(errors="replace").splitlines() if ln.count(",")]
+    except OSError:
+        return False
+    return len(lines) >= 2
 
 
 def _attempt_ncu(ncu, cmd, out_dir, env, timeout, *, launch_count, kernel_filter, metrics):
@@ -679,14 +719,15 @@ def profile_run(tool: str, workload_cmd: list[str], out_dir: str | Path, *, step
             attempts.append({"profiler": mode, "ok": False, "seconds": 0.0,
                              "reason": f"{mode} probe failed: {tools[mode]['reason']}"})
             continue
-        if mode in ("nsys", "ncu") and not cuda:
+        if mode == "ncu" and not cuda:
             attempts.append({"profiler": mode, "ok": False, "seconds": 0.0,
-                             "reason": f"no CUDA device: {mode} has no GPU work to capture"})
+                             "reason": "no CUDA device: ncu has no GPU kernel to measure"})
             continue
         wenv = _workload_env("torch" if mode == "torch-cuda" else mode, out_dir, steps, warmup, env)
         try:
             if mode == "nsys":
-                ok, why, _ = _attempt_nsys(tools["nsys"]["path"], workload_cmd, out_dir, wenv, timeout)
+                ok, why, _ = _attempt_nsys(tools["nsys"]["path"], workload_cmd, out_dir, wenv, timeout,
+                                           cuda=cuda)
             elif mode == "ncu":
                 ok, why, _ = _attempt_ncu(tools["ncu"]["path"], workload_cmd, out_dir, wenv, timeout,
                                           launch_count=launch_count, kernel_filter=kernel_filter,

@@ -27,6 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 PHASES = ("data", "forward", "backward", "optimizer", "eval", "grow")
+# Why an nsys report may hold no growlm NVTX range (measured with Debian 12's Nsight Systems 2022.4.2).
+NVTX_TOO_NEW = ("(Nsight Systems 2022.4 ignores the ranges of the nvtx package from 0.2.12 on; growlm "
+                "pins 0.2.11: see README, Profiling)")
 PHASE_COLUMNS = ["profiler", "phase", "calls", "total_ms", "mean_ms", "share"]
 KERNEL_COLUMNS = ["profiler", "kernel", "device", "calls", "total_ms", "mean_ms", "share"]
 SUMMARY_COLUMNS = ["profiler", "requested_tool", "device", "gpu_busy_fraction", "peak_memory_mb",
@@ -405,10 +408,14 @@ def build_tables(out_dir: str | Path) -> dict[str, pd.DataFrame]:
     if profiler == "nsys":
         f = out_dir / "nsys_nvtx_sum.csv"
         phases = nsys_phases(f) if f.exists() else _finish_phases(pd.DataFrame(), profiler)
+        if phases.empty:
+            notes.append(f"no growlm NVTX ranges in the nsys report {NVTX_TOO_NEW}")
         f = out_dir / "nsys_cuda_gpu_kern_sum.csv"
         kernels = nsys_kernels(f) if f.exists() else _finish_kernels(pd.DataFrame(), profiler, "gpu")
         trace = out_dir / "nsys_cuda_gpu_trace.csv"
-        if trace.exists():
+        if work.get("cuda") is False:
+            notes.append("nsys without a GPU: NVTX ranges only (no kernels, no GPU busy fraction)")
+        elif trace.exists():
             busy, _, window_ms = nsys_gpu_busy(trace, work.get("window_ms"))
             notes.append("gpu_busy_fraction: union of kernel+memory intervals (cuda_gpu_trace) "
                          "over the capture window")

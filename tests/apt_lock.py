@@ -1,0 +1,29 @@
+"""apt-get for the test set-up (SLURM, Chromium, Nsight Systems), one call at a time.
+
+The tests run in two pytest-xdist workers, and two apt-get calls at once fail on dpkg's lock (or,
+for `apt-get update`, on the lists lock, which DPkg::Lock::Timeout does not cover). Every call
+here first takes an exclusive lock on one file, and also asks dpkg to wait for its own lock in case
+something outside the tests holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+LOCK = Path(tempfile.gettempdir()) / "growlm-tests-apt.lock"
+
+
+def apt_get(*args: str, timeout: float = 600, cwd=None) -> subprocess.CompletedProcess:
+    """`apt-get -o DPkg::Lock::Timeout=600 ARGS` (non-interactive) under the tests' apt lock."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "-o", "DPkg::Lock::Timeout=600", *map(str, args)]
+    with open(LOCK, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
