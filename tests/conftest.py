@@ -16,6 +16,18 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Keep tests that share one expensive thing in one pytest-xdist worker: the local SLURM
+    cluster (tests/test_slurm.py: one per machine) and the tiny workflow run (a session fixture,
+    made once per worker). The other tests go to whichever worker is free."""
+    for item in items:
+        if item.path.name == "test_slurm.py":
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif "tiny_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("tiny_run"))
+
+
 def copy_workflow(dest: Path) -> Path:
     """The workflow files (not results) in `dest`, with the bundled corpus linked."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -115,13 +115,14 @@ def _install() -> None:
         raise ClusterUnavailable("SLURM is not installed and GROWLM_SLURM_INSTALL=0 forbids installing it")
     if not shutil.which("apt-get"):
         raise ClusterUnavailable("SLURM is not installed and there is no apt-get")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
+    from apt_lock import apt_get
+
+    install = ["install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
     try:
-        p = _run(install, timeout=600, env=env)
+        p = apt_get(*install)
         if p.returncode != 0:
-            _run(["apt-get", "update"], timeout=300, env=env)
-            p = _run(install, timeout=600, env=env)
+            apt_get("update", timeout=300)
+            p = apt_get(*install)
     except subprocess.TimeoutExpired as e:
         raise ClusterUnavailable(f"apt-get timed out: {e}") from e
     if p.returncode != 0:

@@ -16,12 +16,13 @@ def chromium() -> str | None:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
-                ["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        if cmd[1] == "install" and proc.returncode == 0:
+    from apt_lock import apt_get
+
+    for cmd in (["install", "-y", "-qq", "--no-install-recommends", "chromium"],
+                ["update", "-qq"],
+                ["install", "-y", "-qq", "--no-install-recommends", "chromium"]):
+        proc = apt_get(*cmd)
+        if cmd[0] == "install" and proc.returncode == 0:
             break
     return shutil.which("chromium")
 

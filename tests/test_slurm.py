@@ -377,19 +377,18 @@ def test_preemption_requeue_resumes_without_snakemake_retry(cluster, tmp_path):
     assert result["resumed_from"] >= step > 0, lines
 
 
-def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_path):
+def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
     """The real workflow (tiny config, one member, one method, GPU jobs on the fake GPU) through
     profiles/slurm-local; the scheduler shows the training jobs with the resources they asked for.
-    The corpus, tokenizer and token files of the local tiny run are reused, so that the cluster runs
-    the training, growth and evaluation jobs (the slow part here is the plugin's status polling)."""
-    import shutil
-
+    The corpus, tokenizer and token files are made first with the local executor, so that the
+    cluster runs the training, growth and evaluation jobs (the slow part here is the plugin's
+    status polling)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from conftest import TINY, copy_workflow
+    from conftest import TINY, copy_workflow, run_snakemake
 
     wd = copy_workflow(tmp_path / "wf")
-    for part in ("corpus", "tokenizer", "tokens"):
-        shutil.copytree(tiny_run / "results" / part, wd / "results" / part)
+    tokens = [f"results/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "results/tokenizer/tokenizer.json", *tokens)
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
