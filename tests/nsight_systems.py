@@ -107,7 +107,8 @@ def install(prefix: Path = PREFIX) -> Path:
                        if (Path(d) / "libssh.so.4").exists()), None)
         if libssh is None:
             raise NsysUnavailable("libssh.so.4 is missing (apt-get install libssh-4 failed?)")
-        link = staging / "host-linux-x64" / "libssh.so"  # the package links ../../x86_64-linux-gnu/libssh.so.4: right under /usr/lib only
+        # the package's link, ../../x86_64-linux-gnu/libssh.so.4, is right only under /usr/lib
+        link = staging / "host-linux-x64" / "libssh.so"
         link.unlink(missing_ok=True)
         link.symlink_to(libssh)
         shutil.rmtree(prefix, ignore_errors=True)

@@ -388,7 +388,8 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
 
     wd = copy_workflow(tmp_path / "wf")
     tokens = [f"results/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "results/tokenizer/tokenizer.json", *tokens)
+    # targets before --configfile, which takes every following word
+    run_snakemake(wd, "--cores", "2", "results/tokenizer/tokenizer.json", *tokens, "--configfile", str(TINY))
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
