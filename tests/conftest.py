@@ -16,18 +16,6 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
-def pytest_collection_modifyitems(config, items):
-    """Keep tests that share one expensive thing in one pytest-xdist worker: the local SLURM
-    cluster (tests/test_slurm.py: one per machine) and the tiny workflow run (a session fixture,
-    made once per worker). The other tests go to whichever worker is free."""
-    for item in items:
-        if item.path.name == "test_slurm.py":
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif "tiny_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("tiny_run"))
-
-
 def copy_workflow(dest: Path) -> Path:
     """The workflow files (not results) in `dest`, with the bundled corpus linked."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -90,8 +78,22 @@ def workflow_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
-    """One real run of the whole DAG on the tiny config, shared by the tests that inspect it."""
-    wd = copy_workflow(tmp_path_factory.mktemp("tiny") / "wf")
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY))
-    run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/report.html")
+    """One real run of the whole DAG on the tiny config, shared by the tests that inspect it (they
+    only read it). The tests run in pytest-xdist workers (a file per worker, `--dist loadfile`):
+    the first worker that needs the run makes it in the folder all workers share, under a file
+    lock; the others wait for it and reuse it."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # .../pytest-N/popen-gwK -> .../pytest-N, the same for every worker
+    wd, done = shared / "tiny" / "wf", shared / "tiny" / "done"
+    with open(shared / "tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(wd.parent, ignore_errors=True)
+            copy_workflow(wd)
+            run_snakemake(wd, "--cores", "2", "--configfile", str(TINY))
+            run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/report.html")
+            done.touch()
     return wd
