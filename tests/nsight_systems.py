@@ -30,8 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from apt_lock import apt_get  # noqa: E402
+from apt_lock import apt_get
 
 PREFIX = Path("/opt/nvidia/nsight-systems/2022.4.2")
 PACKAGES = ("nsight-systems", "nsight-systems-target")
@@ -119,7 +118,6 @@ def install(prefix: Path = PREFIX) -> Path:
 
 def ensure_nsys() -> str:
     """The path of a working nsys, installing Debian's when none is found (see the module doc)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
     from growlm.profile import find_tool
 
     for path in find_tool("nsys"):

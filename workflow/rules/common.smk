@@ -181,4 +181,3 @@ def shortest_refine_steps():
     refine = config["train"].get("refine") or {}
     batch = refine.get("batch_size", config["train"]["large"]["batch_size"])
     return min(SWEEP["budgets"]) // (batch * config["model"]["context"])
-

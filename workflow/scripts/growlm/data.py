@@ -9,7 +9,6 @@ job's batch at step k is the same whether or not it was interrupted before step 
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np

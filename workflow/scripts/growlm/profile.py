@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.profile_tables import NVTX_TOO_NEW
+from growlm.profile_tables import NVTX_TOO_NEW, read_csv_export
 
 try:  # nvtx is a declared dependency; fall back to torch.cuda.nvtx where it is missing
     import nvtx as _nvtx
@@ -602,20 +602,11 @@ def _attempt_nsys(nsys, cmd, out_dir, env, timeout, *, cuda: bool = True) -> tup
                     break
         if "nvtx_sum" not in made and "cuda_gpu_kern_sum" not in made:
             return False, "nsys stats produced neither nvtx_sum nor cuda_gpu_kern_sum", log
-        if not cuda and not _has_rows(out_dir / "nsys_nvtx_sum.csv"):
+        if not cuda and read_csv_export(out_dir / "nsys_nvtx_sum.csv").empty:
             return False, f"nsys recorded no NVTX ranges {NVTX_TOO_NEW}", log
         return True, f"nsys reports: {', '.join(made)}" + ("" if cuda else " (CPU: NVTX only)"), log
     finally:
         (out_dir / "nsys.log").write_text("\n".join(log))
-
-
-def _has_rows(csv_path: Path) -> bool:
-    """Whether a CSV export holds a header and at least one data row."""
-    try:
-        lines = [ln for ln in csv_path.read_text(errors="replace").splitlines() if ln.count(",")]
-    except OSError:
-        return False
-    return len(lines) >= 2
 
 
 def _attempt_ncu(ncu, cmd, out_dir, env, timeout, *, launch_count, kernel_filter, metrics):
