@@ -27,3 +27,14 @@ def apt_get(*args: str, timeout: float = 600, cwd=None) -> subprocess.CompletedP
             return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def apt_install(*packages: str) -> subprocess.CompletedProcess:
+    """`apt-get install -y --no-install-recommends PACKAGES`; when that fails (stale or missing
+    package lists), `apt-get update` and one more try. Returns the last install's result."""
+    install = ("install", "-y", "-qq", "--no-install-recommends", *packages)
+    p = apt_get(*install)
+    if p.returncode != 0:
+        apt_get("update", "-qq", timeout=300)
+        p = apt_get(*install)
+    return p

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from apt_lock import apt_get
+from apt_lock import apt_get, apt_install
 
 PREFIX = Path("/opt/nvidia/nsight-systems/2022.4.2")
 PACKAGES = ("nsight-systems", "nsight-systems-target")
@@ -82,10 +82,7 @@ def install(prefix: Path = PREFIX) -> Path:
             if p.returncode != 0:
                 raise NsysUnavailable(f"apt-get {' '.join(cmd[-2:])} failed: {p.stderr[-800:]}")
         if "libssh.so.4" not in _run(["ldconfig", "-p"]).stdout:
-            get = ["install", "-y", "--no-install-recommends", "libssh-4"]
-            if apt_get(*get).returncode != 0:
-                apt_get("update")
-                apt_get(*get)
+            apt_install("libssh-4")  # checked below, where the library is looked for
         root = tmp / "root"
         for deb in sorted(tmp.glob("*.deb")):
             p = _run(["dpkg-deb", "-x", deb, root])

@@ -115,14 +115,10 @@ def _install() -> None:
         raise ClusterUnavailable("SLURM is not installed and GROWLM_SLURM_INSTALL=0 forbids installing it")
     if not shutil.which("apt-get"):
         raise ClusterUnavailable("SLURM is not installed and there is no apt-get")
-    from apt_lock import apt_get
+    from apt_lock import apt_install
 
-    install = ["install", "-y", "--no-install-recommends", "slurm-wlm", "munge"]
     try:
-        p = apt_get(*install)
-        if p.returncode != 0:
-            apt_get("update", timeout=300)
-            p = apt_get(*install)
+        p = apt_install("slurm-wlm", "munge")
     except subprocess.TimeoutExpired as e:
         raise ClusterUnavailable(f"apt-get timed out: {e}") from e
     if p.returncode != 0:

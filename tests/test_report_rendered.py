@@ -16,14 +16,9 @@ def chromium() -> str | None:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return None
-    from apt_lock import apt_get
+    from apt_lock import apt_install
 
-    for cmd in (["install", "-y", "-qq", "--no-install-recommends", "chromium"],
-                ["update", "-qq"],
-                ["install", "-y", "-qq", "--no-install-recommends", "chromium"]):
-        proc = apt_get(*cmd)
-        if cmd[0] == "install" and proc.returncode == 0:
-            break
+    apt_install("chromium")
     return shutil.which("chromium")
 
 
