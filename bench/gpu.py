@@ -37,7 +37,8 @@ import torch
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.flops import model_train_flops_per_token
 from growlm.model import build_model, n_params
-from growlm.train import TrainConfig, train
+from growlm.train import train
+from growlm.train_config import TrainConfig
 
 
 def _sync(device: str) -> None:

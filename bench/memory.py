@@ -1,4 +1,4 @@
-"""Benchmark of the memory planner (growlm.plan).
+"""Benchmark of the memory planner (growlm.memory).
 
 GPU (`--gpu`): under a memory cap (`torch.cuda.set_per_process_memory_fraction`, default 8 GiB),
 walk a ladder of GPT-2 sizes (d, L; head size 64; context 1024; global batch 16; vocabulary 4096,
@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scrip
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from growlm.plan import GiB, ModelShape, estimate_memory, make_plan, measure_peak_bytes  # noqa: E402
+from growlm.memory.estimate import GiB, apply_plan, estimate_memory  # noqa: E402
+from growlm.memory.measure import make_plan, measure_peak_bytes  # noqa: E402
+from growlm.shape import ModelShape  # noqa: E402
 
 LADDER = [(256, 4), (384, 6), (512, 8), (640, 10), (768, 12), (896, 14), (1024, 16), (1280, 18), (1536, 20),
           (1792, 24), (2048, 24), (2304, 28), (2560, 32)]
@@ -81,12 +83,14 @@ def _mmap_large_allocations() -> None:
 def cpu_bench(out: Path | None) -> float:
     from transformers import GPT2LMHeadModel
 
-    from growlm.train import TrainConfig, lm_loss, make_optimizer
-    from growlm.plan import enable_checkpointing
+    from growlm.loss import lm_loss
+    from growlm.model import enable_recompute, gpt2_config_of
+    from growlm.train import make_optimizer
+    from growlm.train_config import TrainConfig
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     _mmap_large_allocations()
-    cases = [  # d, L, V, T, micro-batch, checkpoint_every
+    cases = [  # d, L, V, T, micro-batch, recompute_every
         (128, 4, 4096, 128, 8, 0),
         (256, 4, 4096, 256, 4, 0),
         (256, 6, 4096, 256, 8, 2),
@@ -97,9 +101,9 @@ def cpu_bench(out: Path | None) -> float:
     rows, worst = [], 0.0
     for d, L, V, T, mb, k in cases:
         shape = ModelShape(n_embd=d, n_layer=L, vocab_size=V, n_head=d // 64, n_positions=T)
-        model = GPT2LMHeadModel(shape.gpt2_config())
+        model = GPT2LMHeadModel(gpt2_config_of(shape))
         model.train()
-        enable_checkpointing(model, k)
+        enable_recompute(model, k)
         opt = make_optimizer(model, TrainConfig(tokens=T, batch_size=1, context=T))
         x = torch.randint(0, V, (1, T))
         lm_loss(model, x, x)[0].backward()
@@ -118,11 +122,11 @@ def cpu_bench(out: Path | None) -> float:
                 lm_loss(model, torch.randint(0, V, (mb, T)), torch.randint(0, V, (mb, T)),
                         logits=False)[0].backward()
             rss_delta = (_status_kb("VmHWM") - before) * 1024
-        est = estimate_memory(shape, micro_batch=mb, context=T, checkpoint_every=k)
+        est = estimate_memory(shape, micro_batch=mb, context=T, recompute_every=k)
         static = est["static"]
         ratio = est["total"] / measured
         worst = max(worst, abs(ratio - 1))
-        row = {"d": d, "L": L, "V": V, "context": T, "micro_batch": mb, "checkpoint_every": k,
+        row = {"d": d, "L": L, "V": V, "context": T, "micro_batch": mb, "recompute_every": k,
                "n_params": shape.n_params, "estimate_mib": round(est["total"] / 2**20, 2),
                "measured_mib": round(measured / 2**20, 2), "ratio": round(ratio, 4),
                "activations_estimate_mib": round(est["activations"] / 2**20, 2),
@@ -130,7 +134,7 @@ def cpu_bench(out: Path | None) -> float:
                "rss_activations_mib": round(rss_delta / 2**20, 2) if math.isfinite(rss_delta) else "",
                "measure_s": round(secs, 2)}
         rows.append(row)
-        log(f"d={d:4d} L={L:2d} V={V} T={T} mb={mb} ckpt_every={k}: estimate {row['estimate_mib']:9.2f} MiB, "
+        log(f"d={d:4d} L={L:2d} V={V} T={T} mb={mb} recompute_every={k}: estimate {row['estimate_mib']:9.2f} MiB, "
             f"measured {row['measured_mib']:9.2f} MiB, ratio {ratio:.4f} (activations: estimate "
             f"{row['activations_estimate_mib']:.1f}, profiler {row['activations_measured_mib']:.1f}, "
             f"RSS high-water {row['rss_activations_mib']} MiB)")
@@ -160,8 +164,9 @@ def _trial(shape: ModelShape, plan, *, batch: int, context: int, steps: int, dat
     from transformers import GPT2LMHeadModel
 
     from growlm.distributed import wrap_model
-    from growlm.plan import apply_plan
-    from growlm.train import TrainConfig, train
+    from growlm.model import gpt2_config_of
+    from growlm.train import train
+    from growlm.train_config import TrainConfig
 
     cfg = TrainConfig(tokens=steps * batch * context, batch_size=batch, context=context, lr=1e-4, warmup_steps=1,
                       eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, device="cuda")
@@ -175,7 +180,7 @@ def _trial(shape: ModelShape, plan, *, batch: int, context: int, steps: int, dat
     try:
         build_on = "cuda" if 4 * shape.n_params < 0.6 * _CAP_BYTES else "cpu"  # fast init on the GPU
         with torch.device(build_on):
-            model = GPT2LMHeadModel(shape.gpt2_config())
+            model = GPT2LMHeadModel(gpt2_config_of(shape))
         model = wrap_model(model, plan, device="cuda")
         with tempfile.TemporaryDirectory() as tmp:
             train(model, data, data[: 4 * context], cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",
@@ -215,7 +220,7 @@ def gpu_bench(out: Path | None, *, cap_gb: float, batch: int, context: int, voca
         row = {"mode": mode, "d": d, "L": L, "n_params": s.n_params, "cap_gib": cap_gb, "batch": batch,
                "context": context, "strategy": plan.strategy if plan else "single",
                "micro_batch": plan.micro_batch_size if plan else batch,
-               "checkpoint_every": plan.checkpoint_every if plan else 0,
+               "recompute_every": plan.recompute_every if plan else 0,
                "estimate_gib": round((plan.estimated_peak_bytes if plan else estimate_memory(
                    s, micro_batch=batch, context=context, precision="bf16-autocast", device_type="cuda")["total"])
                    / GiB, 3),

@@ -16,7 +16,6 @@ the small models treated as free (labelled so), and the loss gap at equal total 
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,12 +28,8 @@ RUN = REPO / "bench" / "run"
 
 def run_workflow(cores: int, extra: list[str], overlays: list[str] = (), run: Path = RUN) -> None:
     run.mkdir(parents=True, exist_ok=True)
-    for name in ("resources",):
-        link = run / name
-        if not link.exists():
-            link.symlink_to(REPO / name)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(run),
-           "--configfile", str(REPO / "config.yaml"), str(REPO / "bench" / "savings.yaml"),
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "--directory", str(run),
+           "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "bench" / "savings.yaml"),
            *[str(Path(o).resolve()) for o in overlays], "--cores", str(cores),
            "--workflow-profile", "none", *extra]
     print(" ".join(cmd), flush=True)

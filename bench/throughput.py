@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference_loop import RefGPT, RefTrainer  # noqa: E402
 
 from growlm.model import build_model  # noqa: E402
-from growlm.train import TrainConfig, train  # noqa: E402
+from growlm.train import train  # noqa: E402
+from growlm.train_config import TrainConfig  # noqa: E402
 
 CLOCK = time.perf_counter  # `--clock cpu`: time.process_time, this process's CPU time
 
@@ -111,7 +112,7 @@ def use_unfused_growlm() -> None:
     gt_make_optimizer = gt.make_optimizer
     gt.lm_loss, gt.make_optimizer = lm_loss, make_optimizer
     probe = torch.nn.Linear(2, 2)
-    assert not make_optimizer(probe, gt.TrainConfig(tokens=1)).defaults["fused"]
+    assert not make_optimizer(probe, TrainConfig(tokens=1)).defaults["fused"]
 
 
 def measure(d: int, args, data: np.ndarray, log=print) -> dict:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,15 +17,21 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
 
 
+def learnable_tokens(vocab: int, n: int = 20000, seed: int = 0) -> np.ndarray:
+    """A token stream a tiny model learns within a few dozen steps: 0, 1, ..., vocab-1 repeated, with
+    10 % of the tokens replaced by noise."""
+    rng = np.random.default_rng(seed)
+    base = np.tile(np.arange(vocab, dtype=np.uint16), n // vocab + 1)[:n]
+    noise = rng.integers(0, vocab, n).astype(np.uint16)
+    return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
+
+
 def copy_workflow(dest: Path) -> Path:
     """The workflow files (not results) in `dest`, with the bundled corpus linked."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, dest / name)
-    for name in ("workflow", "profiles", "envs", "config", "tests"):
-        if (REPO / name).exists():
-            shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
-    (dest / "resources").symlink_to(REPO / "resources")
+    for name in ("workflow", "profiles", "config", "tests"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "results", "resources"))
+    (dest / "workflow" / "resources").symlink_to(REPO / "workflow" / "resources")
     return dest
 
 

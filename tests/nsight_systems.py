@@ -2,7 +2,7 @@
 
 Debian bookworm ships Nsight Systems 2022.4.2 (packages ``nsight-systems`` and
 ``nsight-systems-target``, CUDA 11.8). ``ensure_nsys()`` returns a working ``nsys``: one that is
-already installed (``growlm.profile.find_tool``), else the one this module installed earlier, else
+already installed (``growlm.profiling.tools.find_tool``), else the one this module installed earlier, else
 it downloads the two packages with ``apt-get download`` (the non-free component added for this one
 call, nothing else touched), unpacks them with ``dpkg-deb -x`` into NVIDIA's own layout
 
@@ -115,7 +115,7 @@ def install(prefix: Path = PREFIX) -> Path:
 
 def ensure_nsys() -> str:
     """The path of a working nsys, installing Debian's when none is found (see the module doc)."""
-    from growlm.profile import find_tool
+    from growlm.profiling.tools import find_tool
 
     for path in find_tool("nsys"):
         if _works(path):

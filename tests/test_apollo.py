@@ -1,4 +1,4 @@
-"""The Apollo-style progressive control (growlm.apollo): stages, exact block duplication, sampled
+"""The Apollo-style progressive control (growlm.schedules.apollo): stages, exact block duplication, sampled
 depth, FLOPs counted at the sampled depth, and a plain GPT-2 at the end."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from growlm.apollo import _set_layers, apollo_schedule, depth_probabilities, duplicate, stage_widths
 from growlm.flops import train_flops_per_token
+from growlm.loss import evaluate
 from growlm.model import build_model
-from growlm.train import evaluate
+from growlm.schedules.apollo import _set_layers, apollo_schedule, depth_probabilities, duplicate, stage_widths
 
 V = 97
 

@@ -50,8 +50,8 @@ def test_reference_model_is_hf_gpt2():
 
 
 def test_fused_head_loss_matches_cross_entropy():
+    from growlm.loss import lm_loss
     from growlm.model import build_model
-    from growlm.train import lm_loss
 
     model = build_model(seed=0, n_embd=32, n_layer=1, vocab_size=4096, n_positions=32, head_dim=8)
     x, y = torch.randint(0, 4096, (20, 32)), torch.randint(0, 4096, (20, 32))  # 640 rows: 3 chunks
@@ -69,8 +69,7 @@ def test_fused_head_loss_matches_cross_entropy():
 
 def test_results_headline_is_machine_readable():
     """bench/RESULTS.md begins with `headline: cost_ratio=<x> method=<registered method> seeds=<k>`."""
-    from growlm.experiment import SCHEDULES, method_chain
-    from growlm.growth import METHODS
+    from growlm.methods import METHODS, SCHEDULES, method_chain
 
     first = (REPO / "bench" / "RESULTS.md").read_text().splitlines()[0]
     m = re.fullmatch(r"headline: cost_ratio=([0-9.]+) method=(\S+) seeds=(\d+)", first)

@@ -1,4 +1,4 @@
-"""The comparison of M_0 and M_1 (growlm.evaluate): the FLOPs to reach M_0's loss, the cost ratios,
+"""The comparison of M_0 and M_1 (growlm.compare): the FLOPs to reach M_0's loss, the cost ratios,
 and the per-arm learning-rate choice of a sweep."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from growlm.evaluate import choose_learning_rates, first_reach, write_comparison
+from growlm.compare import choose_learning_rates, first_reach, write_comparison
 
 PATHS = {
     "small": "{root}/small/m{member}",
@@ -62,8 +62,8 @@ def test_each_arm_is_compared_at_its_own_best_learning_rate(tmp_path, monkeypatc
     assert table.loc[(table["arm"] == "M_0") & (table["lr"] == "0.002"), "mean_final_val_loss"].item() == \
         pytest.approx(4.005)
 
-    monkeypatch.setattr("growlm.evaluate.unigram_loss", lambda *a, **k: 7.0)
-    monkeypatch.setattr("growlm.data.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
     out = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
                            unigram_train="x", unigram_test="y", vocab_size=8, lr_sweep_csv=tmp_path / "s.csv")
     assert len(out) == 2  # one row per seed, at the chosen rates only
@@ -92,7 +92,7 @@ def test_first_reach_interpolates_and_says_never():
 
 def test_single_source_chains_cost_one_member(tmp_path):
     """hyperclone (single source) grows m_1 alone: with n = 2 only m_1's training is its cost."""
-    from growlm.growth import members_used
+    from growlm.methods import members_used
 
     assert members_used(["hyperclone", "zero_block"], 2) == 1
     assert members_used(["concat", "zero_block"], 3) == 3
@@ -101,7 +101,7 @@ def test_single_source_chains_cost_one_member(tmp_path):
     growth = tmp_path / "grown" / "g" / "s0" / "growth.json"
     ledger(tmp_path / "small" / "m2", [9.0, 8.5])
     two = [{"dir": str(tmp_path / "small" / f"m{i}"), "flops": f, "wall_s": 1.0} for i, f in ((1, 50.0), (2, 70.0))]
-    from growlm.evaluate import compare_one
+    from growlm.compare import compare_one
 
     for chain, cost, arm in ((["hyperclone", "zero_block"], 50.0, "single-source"),
                              (["concat", "zero_block"], 120.0, "n members")):
@@ -115,8 +115,8 @@ def test_report_table_lists_the_learning_rate_sweep(tmp_path, monkeypatch):
 
     m0 = {"0.001": [8, 6, 5.0], "0.002": [8, 6, 4.5]}
     combos, paths = make_experiment(tmp_path, m0, {"0.001": [6, 5, 4.0], "0.002": [6, 5, 4.4]}, seeds=(0,))
-    monkeypatch.setattr("growlm.evaluate.unigram_loss", lambda *a, **k: 7.0)
-    monkeypatch.setattr("growlm.data.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
     write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
                      unigram_train="x", unigram_test="y", vocab_size=8, lr_sweep_csv=tmp_path / "s.csv")
     comparison_html(tmp_path / "c.csv", tmp_path / "t.html", tmp_path / "s.csv")
@@ -128,7 +128,7 @@ def test_report_table_lists_the_learning_rate_sweep(tmp_path, monkeypatch):
 def test_only_multi_member_chains_get_a_single_member_control():
     """The m_1-only control repeats a single-source chain exactly, so the workflow adds it only where
     an operator combines members."""
-    from growlm.experiment import needs_single_member_control
+    from growlm.methods import needs_single_member_control
 
     assert needs_single_member_control(["concat", "zero_block"])
     assert needs_single_member_control("ligo")

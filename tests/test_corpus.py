@@ -11,7 +11,7 @@ from growlm import corpus
 from growlm.errors import GrowlmError
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO / "resources" / "corpus"
+CORPUS = REPO / "workflow" / "resources" / "corpus"
 LEVEL0 = [
     "pg68453_summers_readers_primer", "pg14642_mcguffey_eclectic_primer", "pg13853_new_national_first_reader",
     "pg14640_mcguffey_first_reader", "pg65323_aldine_first_reader", "pg70598_a_pet_reader",

@@ -7,16 +7,18 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from growlm import plan as P
-from growlm.distributed import launch_command
+from conftest import learnable_tokens
+from growlm.memory.estimate import write_plan
+from growlm.memory.measure import make_plan
 from growlm.model import build_model, load_model
-from growlm.train import TrainConfig, train
+from growlm.runner import launch_command
+from growlm.train import train
+from growlm.train_config import TrainConfig
 
 V, T = 128, 16
 MODEL = dict(n_embd=32, n_layer=2, vocab_size=V, n_positions=T, head_dim=8, seed=0)
@@ -26,10 +28,7 @@ REL = 1e-4
 
 
 def tokens(n=20000, seed=0):
-    rng = np.random.default_rng(seed)
-    base = np.tile(np.arange(V, dtype=np.uint16), n // V + 1)[:n]
-    noise = rng.integers(0, V, n).astype(np.uint16)
-    return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
+    return learnable_tokens(V, n, seed)
 
 
 def losses(ledger: Path) -> list[tuple[int, str, float]]:
@@ -56,10 +55,10 @@ def setup(tmp_path_factory):
 
 
 def run_torchrun(d: Path, name: str, strategy: str, micro: int):
-    base = P.make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
+    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
                        device="cpu", memory_limit_gb=1, measure=False)
     plan = dataclasses.replace(base, strategy=strategy, micro_batch_size=micro, grad_accum_steps=4 // micro)
-    P.write_plan(plan, d / f"{name}_plan.json")
+    write_plan(plan, d / f"{name}_plan.json")
     args = ["--model-config", d / "model.json", "--train-file", d / "tok.npy", "--val-file", d / "tok.npy",
             "--train-config", d / "train.json", "--plan", d / f"{name}_plan.json", "--ckpt-dir", d / f"{name}_ck",
             "--ledger", d / f"{name}.csv", "--out-dir", d / f"{name}_model", "--summary", d / f"{name}.json",
@@ -108,7 +107,7 @@ def test_two_processes_match_one(setup, strategy, micro):
 def test_launch_command():
     cmd = launch_command(4, ["--plan", "p.json"], python="/usr/bin/python3")
     assert cmd == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m",
-                   "growlm.distributed", "--plan", "p.json"]
+                   "growlm.torchrun", "--plan", "p.json"]
     with pytest.raises(Exception):
         launch_command(0, [])
 
@@ -116,12 +115,7 @@ def test_launch_command():
 def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_path, monkeypatch):
     """A workflow training job with several processes goes through torchrun (gloo on the CPU here)
     and leaves the same files as a one-process job: model, ledger, plan, cost."""
-    import json
-
-    import numpy as np
-
-    from growlm import jobs
-    from growlm.model import load_model
+    from growlm.jobs.train import train_model
     from growlm.tokenizer import fit_tokenizer
 
     text = tmp_path / "train.txt"
@@ -129,17 +123,13 @@ def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_pat
     fit_tokenizer([text], tmp_path / "tok", vocab_size=300)
     tokens = np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16)
     np.save(tmp_path / "t.npy", tokens)
-    config = {"model": {"head_dim": 8, "context": 16, "tie_embeddings": True},
-              "train": {"small": {"tokens": 8 * 16 * 6, "lr": 1e-3, "batch_size": 8, "warmup_steps": 1},
-                        "large": {"tokens": 8 * 16 * 6, "lr": 1e-3, "batch_size": 8, "warmup_steps": 1},
-                        "min_lr_ratio": 0.1, "weight_decay": 0.1, "grad_clip": 1.0, "eval_interval": 3,
-                        "eval_tokens": 256, "checkpoint_every": 3, "dense_log_steps": 0},
-              "resources": {"gpu": 0, "memory_limit_gb": None}}
+    train = TrainConfig(tokens=8 * 16 * 6, batch_size=8, context=16, lr=1e-3, warmup_steps=1, eval_interval=3,
+                        eval_tokens=256, checkpoint_every=3, seed=1).run_settings()
+    model = {"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8, "tie_word_embeddings": True}
     monkeypatch.setenv("GROWLM_NPROC", "2")
     out = tmp_path / "results" / "models" / "small" / "m1"
-    jobs.train_from_scratch(config=config, stage="small", n_embd=16, n_layer=1, seed=1, init_seed=1,
-                            train_file=tmp_path / "t.npy", val_file=tmp_path / "t.npy", tokenizer_dir=tmp_path / "tok",
-                            out_dir=out, role="test")
+    train_model(train=train, model=model, init_seed=1, role="test", train_file=tmp_path / "t.npy",
+                val_file=tmp_path / "t.npy", tokenizer_dir=tmp_path / "tok", out_dir=out)
     meta = json.loads((out / "growlm.json").read_text())
     assert meta["processes"] == 2 and meta["train"]["flops"] > 0
     assert json.loads((out / "plan.json").read_text())["n_devices"] == 2

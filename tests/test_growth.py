@@ -9,8 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
-from growlm.growth import METHODS, GrownGPT2, grow, load_grown, options_of, save_grown
-from growlm.growth.registry import OPERATORS
+from growlm.growth import GrownGPT2, grow, load_grown, options_of, save_grown
+from growlm.growth.registry import IMPLEMENTATIONS, implements, signature_options
+from growlm.methods import METHODS, OPERATORS
 from growlm.model import build_model
 
 V, T = 53, 12
@@ -282,15 +283,25 @@ def test_methods_and_options_listed():
     assert options_of("zero_block") == {"position": "interleave"}
 
 
-def test_torch_free_method_table_matches_the_registry():
-    """growlm.methods (what the Snakefile reads without torch) lists exactly the registered
-    operators, with the same answer to 'does it combine several members'."""
-    import growlm.methods
+def test_every_described_operator_is_implemented_with_its_options():
+    """growlm.methods (what the Snakefile reads without torch) describes exactly the implemented
+    operators, and each implementation takes exactly the options (and defaults) its description
+    lists; a mismatch is refused when the implementation registers."""
+    from growlm.methods import members_used
 
-    assert growlm.methods.METHODS == METHODS
-    assert growlm.methods.OPERATORS == {name: op.multi for name, op in OPERATORS.items()}
-    assert growlm.methods.members_used(["concat", "zero_block"], 3) == 3
-    assert growlm.methods.members_used("msg", 3) == 1
+    assert sorted(IMPLEMENTATIONS) == METHODS
+    for name, fn in IMPLEMENTATIONS.items():
+        assert signature_options(fn) == OPERATORS[name].options, name
+    assert members_used(["concat", "zero_block"], 3) == 3
+    assert members_used("msg", 3) == 1
+
+    def wrong_default(models, *, n_embd, n_layer, n_head=None, seed=0, noise=0.5):
+        return models[0]
+
+    with pytest.raises(GrowlmError, match="differ from its description"):
+        implements("hyperclone")(wrong_default)
+    with pytest.raises(GrowlmError, match="does not describe"):
+        implements("no_such_operator")(wrong_default)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -330,7 +341,7 @@ def test_bad_requests(members, method, kw, match):
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_multilevel_round_trip(tied):
-    from growlm.growth.multilevel import coalesce, decoalesce, interpolate
+    from growlm.schedules.vcycle import coalesce, decoalesce, interpolate
 
     small = member(5, 16, 2, tied=tied)
     x = tokens()

@@ -17,7 +17,8 @@ JOB = textwrap.dedent('''
     import numpy as np, torch
     from safetensors.torch import save_file
     from growlm.model import build_model
-    from growlm.train import TrainConfig, train
+    from growlm.train import train
+    from growlm.train_config import TrainConfig
 
     torch.set_num_threads(1)
     out = sys.argv[1]

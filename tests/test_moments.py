@@ -9,10 +9,11 @@ import torch
 
 from growlm.errors import GrowlmError
 from growlm.growth import grow
-from growlm.growth.moments import (MOMENT_KINDS, apply_moments, grow_moments, load_moments,
-                                   save_grown_moments)
+from growlm.growth.moments import grow_moments
 from growlm.model import build_model
-from growlm.train import TrainConfig, make_optimizer, train
+from growlm.optim_state import MOMENT_KINDS, apply_moments, load_moments, save_grown_moments
+from growlm.train import make_optimizer, train
+from growlm.train_config import TrainConfig
 
 V = 61
 

@@ -13,28 +13,33 @@ import pandas as pd
 import pytest
 import torch
 
-from growlm import profile as P
-from growlm import profile_tables as T
+from growlm.errors import GrowlmError
+from growlm.profiling import driver as D
+from growlm.profiling import exports as E
+from growlm.profiling import ranges as R
+from growlm.profiling import tables as T
+from growlm.profiling import tools as TL
+from growlm.profiling.demo import DEMO_WORKLOAD
 
 FIX = Path(__file__).parent / "fixtures" / "profile"
 
 
 def test_to_num_tolerates_separators_quotes_and_junk():
-    got = T.to_num(['"1,234.5"', " 12 ", "n/a", "", "3 %", "2,147,483,647"]).tolist()
+    got = E.to_num(['"1,234.5"', " 12 ", "n/a", "", "3 %", "2,147,483,647"]).tolist()
     assert got[0] == 1234.5 and got[1] == 12 and math.isnan(got[2]) and math.isnan(got[3])
     assert got[4] == 3 and got[5] == 2147483647
 
 
 def test_phase_name_strips_nvtx_domains():
-    assert T.phase_name("growlm:forward") == "forward"
-    assert T.phase_name(":eval") == "eval"
-    assert T.phase_name(" Backward ") == "backward"
-    assert T.phase_name("ProfilerStep#3") is None
+    assert E.phase_name("growlm:forward") == "forward"
+    assert E.phase_name(":eval") == "eval"
+    assert E.phase_name(" Backward ") == "backward"
+    assert E.phase_name("ProfilerStep#3") is None
 
 
 def test_nsys_nvtx_sum_to_phases():
-    df = T.nsys_phases(FIX / "nsys_nvtx_sum_format_sample.csv")
-    assert list(df.columns) == T.PHASE_COLUMNS
+    df = E.nsys_phases(FIX / "nsys_nvtx_sum_format_sample.csv")
+    assert list(df.columns) == E.PHASE_COLUMNS
     assert df["phase"].tolist() == ["data", "forward", "backward", "optimizer", "eval"]
     row = df.set_index("phase").loc["backward"]
     assert row["calls"] == 4 and row["total_ms"] == pytest.approx(48.0)
@@ -44,7 +49,7 @@ def test_nsys_nvtx_sum_to_phases():
 
 
 def test_nsys_old_header_variant():
-    df = T.nsys_phases(FIX / "nsys_nvtx_sum_old_format_sample.csv").set_index("phase")
+    df = E.nsys_phases(FIX / "nsys_nvtx_sum_old_format_sample.csv").set_index("phase")
     assert df.loc["forward", "total_ms"] == pytest.approx(1.2)
     assert df.loc["forward", "calls"] == 3
 
@@ -52,7 +57,7 @@ def test_nsys_old_header_variant():
 def test_nsys_nvtxsum_real_2022_4_export():
     """A real `nsys stats --report nvtxsum` export (Nsight Systems 2022.4.2, no GPU) of the demo
     workload, 5 captured steps: the capture range itself is not a phase."""
-    df = T.nsys_phases(FIX / "nsys_nvtxsum_2022.4_cpu.csv").set_index("phase")
+    df = E.nsys_phases(FIX / "nsys_nvtxsum_2022.4_cpu.csv").set_index("phase")
     assert list(df.index) == ["data", "forward", "backward", "optimizer", "eval"]
     assert df.loc[["data", "forward", "backward", "optimizer"], "calls"].tolist() == [5, 5, 5, 5]
     assert df.loc["eval", "calls"] == 1
@@ -61,28 +66,28 @@ def test_nsys_nvtxsum_real_2022_4_export():
 
 
 def test_nsys_kernels_and_gpu_busy():
-    k = T.nsys_kernels(FIX / "nsys_cuda_gpu_kern_sum_format_sample.csv")
-    assert list(k.columns) == T.KERNEL_COLUMNS
+    k = E.nsys_kernels(FIX / "nsys_cuda_gpu_kern_sum_format_sample.csv")
+    assert list(k.columns) == E.KERNEL_COLUMNS
     assert k["kernel"].iloc[0].startswith("nvjet_sm90")
     assert k["total_ms"].tolist() == pytest.approx([6.0, 3.0, 1.0])
     assert k["calls"].tolist() == [40, 20, 100]
     assert k["share"].tolist() == pytest.approx([0.6, 0.3, 0.1])
     # intervals (ms): [1000,1002] [1002,1005] [1004,1006] [1008,1009] -> union 7 ms over a 9 ms span
-    busy, busy_ms, window = T.nsys_gpu_busy(FIX / "nsys_cuda_gpu_trace_format_sample.csv", None)
+    busy, busy_ms, window = E.nsys_gpu_busy(FIX / "nsys_cuda_gpu_trace_format_sample.csv", None)
     assert busy_ms == pytest.approx(7.0) and window == pytest.approx(9.0)
     assert busy == pytest.approx(7 / 9)
-    assert T.nsys_gpu_busy(FIX / "nsys_cuda_gpu_trace_format_sample.csv", 10.0)[0] == pytest.approx(0.7)
-    assert T.nsys_total_ms(FIX / "nsys_cuda_gpu_mem_time_sum_format_sample.csv") == pytest.approx(0.5)
+    assert E.nsys_gpu_busy(FIX / "nsys_cuda_gpu_trace_format_sample.csv", 10.0)[0] == pytest.approx(0.7)
+    assert E.nsys_total_ms(FIX / "nsys_cuda_gpu_mem_time_sum_format_sample.csv") == pytest.approx(0.5)
 
 
 def test_report_script_alias_units():
-    assert T._ms_factor("Total Time:dur_ns") == pytest.approx(1e-6)
-    assert T._ms_factor("Total Time (us)") == pytest.approx(1e-3)
+    assert E._ms_factor("Total Time:dur_ns") == pytest.approx(1e-6)
+    assert E._ms_factor("Total Time (us)") == pytest.approx(1e-3)
 
 
 def test_ncu_raw_format_sample():
-    m = T.ncu_kernel_metrics(FIX / "ncu_raw_format_sample.csv")
-    assert list(m.columns) == T.METRIC_COLUMNS
+    m = E.ncu_kernel_metrics(FIX / "ncu_raw_format_sample.csv")
+    assert list(m.columns) == E.METRIC_COLUMNS
     assert m["launch"].tolist() == [0, 1, 2]
     assert m["duration_us"].tolist() == pytest.approx([1234.5, 12.25, 1000.0])  # usecond column
     assert m["sm_throughput_pct"].tolist() == pytest.approx([82.3, 20.0, 80.0])
@@ -90,13 +95,13 @@ def test_ncu_raw_format_sample():
     assert m["dram_throughput_pct"].tolist() == pytest.approx([45.5, 88.1, 40.0])
     assert m["tensor_core_pct"].iloc[0] == pytest.approx(71.2)  # .avg, not the .max column
     assert math.isnan(m["tensor_core_pct"].iloc[2])
-    k = T.ncu_kernels(m)
+    k = E.ncu_kernels(m)
     gemm = k.set_index("kernel").loc["ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn"]
     assert gemm["calls"] == 2 and gemm["total_ms"] == pytest.approx(2.2345)
 
 
 def test_ncu_raw_real_h100_export():
-    m = T.ncu_kernel_metrics(FIX / "ncu_raw_h100.csv")
+    m = E.ncu_kernel_metrics(FIX / "ncu_raw_h100.csv")
     assert len(m) == 4 and m["kernel"].str.startswith(("nvjet_sm90", "cudnn_generated")).all()
     assert m["duration_us"].iloc[0] == pytest.approx(4.096)  # 4,096 ns
     assert m[["sm_throughput_pct", "achieved_occupancy_pct", "dram_throughput_pct",
@@ -107,7 +112,7 @@ def test_ncu_raw_real_h100_export():
 def _nsys_dir(tmp_path: Path) -> Path:
     d = tmp_path / "nsys"
     d.mkdir()
-    for report in P.NSYS_REPORTS:
+    for report in D.NSYS_REPORTS:
         shutil.copy(FIX / f"nsys_{report}_format_sample.csv", d / f"nsys_{report}.csv")
     (d / "run.json").write_text(json.dumps({"requested": "nsys", "profiler": "nsys"}))
     (d / "workload.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "window_ms": 10.0,
@@ -118,7 +123,7 @@ def _nsys_dir(tmp_path: Path) -> Path:
 
 def test_write_tables_from_nsys_exports(tmp_path):
     d = _nsys_dir(tmp_path)
-    paths = P.write_tables(d)
+    paths = T.write_tables(d)
     assert sorted(p.name for p in paths) == ["kernels.csv", "phases.csv", "summary.csv"]
     s = pd.read_csv(d / "summary.csv")
     assert list(s.columns) == T.SUMMARY_COLUMNS
@@ -128,11 +133,11 @@ def test_write_tables_from_nsys_exports(tmp_path):
 
 def test_write_tables_from_ncu_export(tmp_path):
     shutil.copy(FIX / "ncu_raw_h100.csv", tmp_path / "ncu_raw.csv")
-    paths = P.write_tables(tmp_path)
+    paths = T.write_tables(tmp_path)
     assert "ncu_metrics.csv" in [p.name for p in paths]
     s = pd.read_csv(tmp_path / "summary.csv")
     assert s.loc[0, "profiler"] == "ncu" and pd.isna(s.loc[0, "gpu_busy_fraction"])
-    assert list(pd.read_csv(tmp_path / "phases.csv").columns) == T.PHASE_COLUMNS
+    assert list(pd.read_csv(tmp_path / "phases.csv").columns) == E.PHASE_COLUMNS
 
 
 def test_torch_profiler_session_on_tiny_gpt2(tmp_path):
@@ -140,28 +145,28 @@ def test_torch_profiler_session_on_tiny_gpt2(tmp_path):
 
     model = build_model(seed=0, n_embd=32, n_layer=2, vocab_size=256, n_positions=32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ctx, step = P.torch_profiler_session(tmp_path, warmup=1, active=2)
+    ctx, step = R.torch_profiler_session(tmp_path, warmup=1, active=2)
     with ctx:
         for _ in range(3):
-            with P.nvtx_range("data"):
+            with R.phase("data"):
                 x = torch.randint(0, 256, (2, 16))
-            with P.nvtx_range("forward"):
+            with R.phase("forward"):
                 loss = model(input_ids=x, labels=x).loss
-            with P.nvtx_range("backward"):
+            with R.phase("backward"):
                 loss.backward()
-            with P.nvtx_range("optimizer"):
+            with R.phase("optimizer"):
                 opt.step()
                 opt.zero_grad()
             step()
     for name in ("torch_key_averages.csv", "torch_trace.json.gz", "workload.json"):
         assert (tmp_path / name).exists(), name
-    P.write_tables(tmp_path)
+    T.write_tables(tmp_path)
     phases = pd.read_csv(tmp_path / "phases.csv")
-    assert list(phases.columns) == T.PHASE_COLUMNS
+    assert list(phases.columns) == E.PHASE_COLUMNS
     assert {"forward", "backward", "optimizer"} <= set(phases["phase"])
     assert (phases.set_index("phase").loc[["forward", "backward", "optimizer"], "calls"] == 2).all()
     kernels = pd.read_csv(tmp_path / "kernels.csv")
-    assert list(kernels.columns) == T.KERNEL_COLUMNS and len(kernels) > 5
+    assert list(kernels.columns) == E.KERNEL_COLUMNS and len(kernels) > 5
     assert (kernels["device"] == "cpu").all() and kernels["kernel"].str.startswith("aten::").any()
     assert not kernels["kernel"].isin(["forward", "ProfilerStep*"]).any()
     s = pd.read_csv(tmp_path / "summary.csv")
@@ -169,11 +174,28 @@ def test_torch_profiler_session_on_tiny_gpt2(tmp_path):
     assert s.loc[0, "window_steps"] == 2
 
 
-def test_session_from_env_is_a_noop_without_env(monkeypatch):
-    monkeypatch.delenv(P.ENV_PROFILER, raising=False)
-    ctx, step = P.session_from_env(warmup=1, steps=2)
+def test_session_from_env_is_a_noop_without_env(monkeypatch, tmp_path):
+    """Without GROWLM_PROFILER the session neither profiles nor writes anything; with it, the same
+    call runs torch.profiler and writes its files (so the first half is not vacuous)."""
+    monkeypatch.delenv(R.ENV_PROFILER, raising=False)
+    monkeypatch.delenv(R.ENV_PROFILE_DIR, raising=False)
+    out = tmp_path / "profile"
+    ctx, step = R.session_from_env(warmup=1, steps=2, out_dir=out)
     with ctx:
-        step()
+        assert not torch.autograd.profiler._is_profiler_enabled
+        for _ in range(3):
+            with R.phase("forward"):
+                torch.ones(4).sum()
+            step()
+    assert not out.exists()
+    monkeypatch.setenv(R.ENV_PROFILER, "torch-cpu")
+    ctx, step = R.session_from_env(warmup=1, steps=2, out_dir=out)
+    with ctx:
+        for _ in range(3):
+            with R.phase("forward"):
+                torch.ones(4).sum()
+            step()
+    assert (out / "workload.json").is_file() and (out / "torch_key_averages.csv").is_file()
 
 
 def test_detect_tools_without_gpu_or_nsight(tmp_path, monkeypatch):
@@ -184,8 +206,8 @@ def test_detect_tools_without_gpu_or_nsight(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{broken.parent}:/usr/bin:/bin")
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
     monkeypatch.delenv("GROWLM_NSYS", raising=False)
-    monkeypatch.setattr(P, "_SEARCH", {})  # only PATH: ignore a real install under /opt/nvidia
-    tools = P.detect_tools()
+    monkeypatch.setattr(TL, "_SEARCH", {})  # only PATH: ignore a real install under /opt/nvidia
+    tools = TL.detect_tools()
     assert tools["cuda"] is False and tools["torch"]["works"] is True
     for name in ("nsys", "ncu"):
         assert tools[name]["works"] is False and tools[name]["reason"]
@@ -197,8 +219,8 @@ def test_detect_tools_without_gpu_or_nsight(tmp_path, monkeypatch):
 @pytest.mark.parametrize("tool", ["nsys", "ncu"])
 def test_profile_run_falls_back_to_torch_cpu(tool, tmp_path, monkeypatch):
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
-    monkeypatch.setattr(P, "find_tool", lambda name: [])  # neither Nsight tool installed
-    run = P.profile_run(tool, P.DEMO_WORKLOAD, tmp_path, steps=2, warmup=1, timeout=120)
+    monkeypatch.setattr(TL, "find_tool", lambda name: [])  # neither Nsight tool installed
+    run = D.profile_run(tool, DEMO_WORKLOAD, tmp_path, steps=2, warmup=1, timeout=120)
     assert run["requested"] == tool and run["profiler"] == "torch-cpu"
     assert [a["profiler"] for a in run["attempts"]] == [tool, "torch-cuda", "torch-cpu"]
     assert json.loads((tmp_path / "run.json").read_text())["profiler"] == "torch-cpu"
@@ -211,8 +233,8 @@ def test_profile_run_falls_back_to_torch_cpu(tool, tmp_path, monkeypatch):
 
 
 def test_profile_run_raises_when_the_workload_itself_fails(tmp_path):
-    with pytest.raises(P.GrowlmError, match="every profiler"):
-        P.profile_run("torch", [sys.executable, "-c", "raise SystemExit(2)"], tmp_path, steps=1,
+    with pytest.raises(GrowlmError, match="every profiler"):
+        D.profile_run("torch", [sys.executable, "-c", "raise SystemExit(2)"], tmp_path, steps=1,
                       warmup=0, timeout=60)
     assert json.loads((tmp_path / "run.json").read_text())["profiler"] is None
 
@@ -234,7 +256,7 @@ def test_profile_run_with_real_nsys_on_cpu(nsys_cli, tmp_path, monkeypatch):
     table comes from `nsys stats` and says so."""
     monkeypatch.setenv("GROWLM_NSYS", nsys_cli)
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
-    run = P.profile_run("nsys", P.DEMO_WORKLOAD, tmp_path, steps=3, warmup=2, timeout=300)
+    run = D.profile_run("nsys", DEMO_WORKLOAD, tmp_path, steps=3, warmup=2, timeout=300)
     assert run["profiler"] == "nsys", run["fallback_reason"]
     assert (tmp_path / "profile.nsys-rep").stat().st_size > 0
     phases = pd.read_csv(tmp_path / "phases.csv").set_index("phase")
@@ -253,7 +275,7 @@ def test_nsys_that_sees_no_capture_range_falls_back_and_says_why(nsys_cli, tmp_p
     Nsight Systems 2022.4): nsys captures nothing, torch.profiler takes over, run.json says why."""
     monkeypatch.setenv("GROWLM_NSYS", nsys_cli)
     monkeypatch.setenv("GROWLM_TOOLS_CACHE", "0")
-    monkeypatch.setattr(P, "CAPTURE_RANGE", "a-range-nobody-opens")
-    run = P.profile_run("nsys", P.DEMO_WORKLOAD, tmp_path, steps=1, warmup=1, timeout=300)
+    monkeypatch.setattr(D, "CAPTURE_RANGE", "a-range-nobody-opens")
+    run = D.profile_run("nsys", DEMO_WORKLOAD, tmp_path, steps=1, warmup=1, timeout=300)
     assert run["profiler"] == "torch-cpu"
     assert "never saw the NVTX range a-range-nobody-opens@growlm" in run["fallback_reason"]

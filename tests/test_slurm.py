@@ -399,7 +399,7 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
         "resources: {gpu: 1, cpus_per_gpu: 1, mem_mb: 900, runtime: 15}\n"
         "train: {threads: 1}\n"
     )
-    proc = run_snakemake_on_cluster(wd, wd / "Snakefile", configfiles=(TINY, overlay),
+    proc = run_snakemake_on_cluster(wd, wd / "workflow" / "Snakefile", configfiles=(TINY, overlay),
                                     extra_args=("results/eval/comparison.csv", "--verbose"), timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert (wd / "results/eval/comparison.csv").stat().st_size > 100

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from growlm.data import BatchSampler, encode_file, eval_batches, load_tokens, shard
+from growlm.data import BatchSampler, eval_batches
 from growlm.errors import GrowlmError
-from growlm.tokenizer import fit_tokenizer, load_tokenizer
+from growlm.tokenizer import EOS, fit_tokenizer, load_tokenizer, vocab_size
+from growlm.tokens import encode_file, load_tokens, shard
 
 SENTENCES = [
     "The cat sat on the mat.", "See the dog run!", "Can the hen catch the rat?",
@@ -27,9 +28,12 @@ def test_tokenizer_round_trips_through_autotokenizer(tmp_path, corpus):
     fit_tokenizer([corpus], tmp_path / "tok", vocab_size=300)
     tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert len(tok) <= 300 and tok.eos_token == "<|endoftext|>" and tok.eos_token_id == 0
+    assert len(tok) == vocab_size(tmp_path / "tok")
     ids = tok("The little red hen.")["input_ids"]
     assert tok.decode(ids).strip() == "The little red hen."
     assert len(ids) < len("The little red hen.")  # merges were learned
+    # the token files are written with `tokenizers` alone: the same ids as transformers gives
+    assert load_tokenizer(tmp_path / "tok").encode("The little red hen.", add_special_tokens=False).ids == ids
 
 
 def test_encode_file_puts_eos_after_every_sentence(tmp_path, corpus):
@@ -38,7 +42,7 @@ def test_encode_file_puts_eos_after_every_sentence(tmp_path, corpus):
     n = encode_file(corpus, tok, tmp_path / "train.npy")
     arr = load_tokens(tmp_path / "train.npy")
     assert arr.dtype == np.uint16 and arr.size == n
-    assert int((arr == tok.eos_token_id).sum()) == len(SENTENCES)
+    assert int((arr == tok.token_to_id(EOS)).sum()) == len(SENTENCES)
 
 
 def test_batches_depend_only_on_seed_and_step():

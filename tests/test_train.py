@@ -3,23 +3,21 @@
 import csv
 import math
 
-import numpy as np
 import pytest
 import torch
 
+from conftest import learnable_tokens
 from growlm.errors import GrowlmError
+from growlm.loss import evaluate
 from growlm.model import build_model
-from growlm.train import TrainConfig, evaluate, lr_at, train
+from growlm.train import lr_at, train
+from growlm.train_config import TrainConfig
 
 V, T = 128, 16
 
 
 def tokens(n=20000, seed=0):
-    # a learnable stream: a repeating pattern with noise
-    rng = np.random.default_rng(seed)
-    base = np.tile(np.arange(V, dtype=np.uint16), n // V + 1)[:n]
-    noise = rng.integers(0, V, n).astype(np.uint16)
-    return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
+    return learnable_tokens(V, n, seed)
 
 
 def tiny_model(seed=0):
@@ -53,7 +51,7 @@ def test_one_step_lowers_the_loss_on_the_same_batch(tmp_path):
     model = tiny_model()
     c = cfg(tokens=8 * T, warmup_steps=0, lr=1e-2)
     from growlm.data import BatchSampler
-    from growlm.train import lm_loss
+    from growlm.loss import lm_loss
 
     x, y = BatchSampler(data, batch_size=8, context=T, seed=c.seed).batch(0)
     before = lm_loss(model, x, y)[0].item()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import re
-from pathlib import Path
 
 import pytest
 
@@ -51,8 +49,8 @@ def test_bad_config_is_named(workflow_dir, override, message):
 
 
 def test_missing_source_file_is_named(workflow_dir):
-    (workflow_dir / "resources").unlink()
-    (workflow_dir / "resources").mkdir()
+    (workflow_dir / "workflow" / "resources").unlink()
+    (workflow_dir / "workflow" / "resources").mkdir()
     proc = run_snakemake(workflow_dir, "-n", "--cores", "1", check=False)
     assert proc.returncode != 0
     assert "resources/corpus/pg" in proc.stdout + proc.stderr
@@ -60,6 +58,30 @@ def test_missing_source_file_is_named(workflow_dir):
 
 def test_lint_is_clean(workflow_dir):
     proc = run_snakemake(workflow_dir, "--lint", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rules_are_formatted_with_snakefmt():
+    """`snakefmt --check` as the Snakemake catalogue runs it (settings in pyproject.toml)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    snakefmt = Path(sys.executable).parent / "snakefmt"
+    proc = subprocess.run([str(snakefmt), "--check", "workflow"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_python_has_no_unused_names_or_syntax_errors():
+    """ruff's pyflakes checks (unused imports and variables, undefined names) over the library,
+    the entry scripts, the tests and the benchmarks."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ruff = Path(sys.executable).parent / "ruff"
+    proc = subprocess.run([str(ruff), "check", "--select", "F,E9", "--line-length", "120", "--output-format",
+                           "concise", "workflow/scripts", "tests", "bench"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -127,7 +149,9 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
 @pytest.mark.slow
 @pytest.mark.parametrize("change, reruns, keeps", [
     ("train: {small: {tokens: 14000}}", {"train_small", "grow", "refine"}, {"train_baseline"}),
-    ("train: {large: {warmup_steps: 4}}", {"train_baseline", "refine"}, {"train_small", "grow"}),
+    ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow"}, {"train_small"}),  # grow: ramps
+    # the refinement's warm-up is train.refine's: M_0's own warm-up does not touch it
+    ("train: {large: {warmup_steps: 4}}", {"train_baseline"}, {"train_small", "grow", "refine"}),
     ("train: {refine: {warmup_steps: 2}}", {"refine"}, {"train_small", "train_baseline", "grow"}),
 ])
 def test_a_training_setting_reruns_only_the_jobs_that_read_it(tiny_run, tmp_path, change, reruns, keeps):
@@ -168,8 +192,8 @@ def test_grown_model_preserves_the_member_before_training(tiny_run):
 
 
 def test_dry_run_over_every_registered_method(workflow_dir):
-    """Every operator in growlm.growth.METHODS (in a chain reaching d1, L1) and the V-cycle plan."""
-    from growlm.growth.registry import OPERATORS
+    """Every operator of growlm.methods.OPERATORS (in a chain reaching d1, L1) and the V-cycle plan."""
+    from growlm.methods import OPERATORS
 
     chains = []
     for name, op in sorted(OPERATORS.items()):

@@ -1,4 +1,5 @@
-# Config validation, sweep normalisation, wildcard constraints, target lists and input functions.
+# Config validation, sweep normalisation, wildcard constraints, target lists, and what each job
+# reads: its params come from growlm.experiment, resolved from the config sections it depends on.
 # No rules here.
 
 import itertools
@@ -9,19 +10,26 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+# this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy)
+sys.path.insert(0, str(Path(str(workflow.current_basedir)).parent / "scripts"))
 
 from growlm.experiment import (  # noqa: E402
-    SCHEDULES,
-    SINGLE_MEMBER,
     check_experiment,
     coerce_command_line,
-    method_chain,
+    grow_settings,
+    member_seed,
+    member_shard,
+    model_settings,
+    normalise_sweep,
+    schedule_settings,
+    train_settings,
+)
+from growlm.methods import (  # noqa: E402
+    SCHEDULES,
+    SINGLE_MEMBER,
     is_single_member_control,
     method_id,
     needs_single_member_control,
-    normalise_sweep,
-    train_settings,
 )
 
 coerce_command_line(config)
@@ -35,6 +43,10 @@ except ValueError as err:
 LEVELS = sorted({int(s["level"]) for s in config["corpus"]["sources"]})
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
+# the books shipped with the workflow, found beside this file wherever the workflow lives
+BUNDLED = {
+    name: workflow.source_path(f"../resources/corpus/{s['bundled']}") for name, s in SOURCES.items() if s.get("bundled")
+}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
 if config["controls"]["single_member"]:
     # single-source chains and the schedules already use m_1 alone (or no member): no duplicate arm
@@ -56,13 +68,23 @@ wildcard_constraints:
     source="|".join(SOURCES),
     method="|".join(re.escape(m) for m in METHOD_IDS),
     kind="small|baseline|refine",
+    tool="nsys|ncu",
 
 
 def combos():
     """Every (d0, L0, d1, L1, n, method, seed, budget, lr) of the sweep, as dicts of wildcard values."""
     keys = ["d0", "L0", "d1", "L1", "n", "method", "seed", "budget", "lr"]
-    values = [SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"], METHOD_IDS, SWEEP["seeds"],
-              SWEEP["budgets"], SWEEP["lrs"]]
+    values = [
+        SWEEP["d0"],
+        SWEEP["L0"],
+        SWEEP["d1"],
+        SWEEP["L1"],
+        SWEEP["n"],
+        METHOD_IDS,
+        SWEEP["seeds"],
+        SWEEP["budgets"],
+        SWEEP["lrs"],
+    ]
     return [dict(zip(keys, v)) for v in itertools.product(*values)]
 
 
@@ -70,8 +92,6 @@ SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
 BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"
 GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
 REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"
-
-
 ENSEMBLE = "results/eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json"
 
 
@@ -96,6 +116,10 @@ def grown_dirs():
     return sorted({GROWN.format(**c) for c in combos()})
 
 
+def eval_targets():
+    return [f"{d}/metrics.json".replace("results/models/", "results/eval/", 1) for d in model_dirs()]
+
+
 def member_dirs(wildcards):
     """The n small members a grow job combines (m_1 n times for the single-member control)."""
     single = is_single_member_control(getattr(wildcards, "method", ""))
@@ -106,17 +130,15 @@ def member_dirs(wildcards):
 
 
 def member_models(wildcards):
-    if wildcards.method in SCHEDULES:  # the V-cycle reuses no small model
+    if wildcards.method in SCHEDULES:  # the schedules reuse no small model
         return []
     return [f"{d}/model.safetensors" for d in member_dirs(wildcards)]
 
 
-def level_text(level, split):
-    return f"results/corpus/level{level}/{split}.txt"
-
-
 def source_input(wildcards):
     src = SOURCES[wildcards.source]
+    if src.get("bundled"):
+        return BUNDLED[wildcards.source]
     if src.get("path"):
         return src["path"]
     return f"resources/downloads/{wildcards.source}.txt"
@@ -127,16 +149,49 @@ def level_sources(wildcards):
     return [f"results/corpus/sources/{name}.txt" for name in names]
 
 
-def train_resources(attempt):
+# --- what each job reads: its params ------------------------------------------------------------
+
+
+def corpus_settings():
+    return {k: v for k, v in config["corpus"].items() if k != "sources"}
+
+
+def small_train(wildcards):
+    return train_settings(config, "small", seed=member_seed(wildcards.seed, wildcards.member))
+
+
+def baseline_train(wildcards):
+    return train_settings(
+        config, "large", seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
+    )
+
+
+def refine_train(wildcards):
+    return train_settings(
+        config, "refine", seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
+    )
+
+
+def grow_params(wildcards):
+    if wildcards.method in SCHEDULES:
+        return schedule_settings(
+            config, wildcards.method, n_embd=int(wildcards.d1), n_layer=int(wildcards.L1), seed=int(wildcards.seed)
+        )
+    return {"members": member_dirs(wildcards), **grow_settings(config, wildcards.method, budgets=SWEEP["budgets"])}
+
+
+def training_resources():
+    """The resources every training rule asks for (scaled by the attempt on retries)."""
     res = config["resources"]
-    return {"mem_mb": res["mem_mb"] * attempt, "runtime": res["runtime"] * attempt}
+    return dict(
+        gpu=res["gpu"],
+        cpus_per_gpu=res["cpus_per_gpu"],
+        mem_mb=lambda wc, attempt: res["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: res["runtime"] * attempt,
+    )
 
 
-def eval_targets():
-    return [f"{d}/metrics.json".replace("results/models/", "results/eval/", 1) for d in model_dirs()]
-
-
-# --- profiling: one small member, M_0 and M'_1 of the first sweep values -----------------------
+# --- profiling: one small member, M_0 and M'_1 of the first sweep values -------------------------
 PROFILE_KINDS = ["small", "baseline", "refine"]
 
 
@@ -158,26 +213,15 @@ def profile_inputs(wildcards):
     return inputs
 
 
-def profile_args(wildcards):
+def profile_params(wildcards):
+    """The model and training settings of the profiled kind (the first combination of the sweep)."""
     c = _first_combo()
     small = wildcards.kind == "small"
+    stage = {"small": "small", "baseline": "large", "refine": "refine"}[wildcards.kind]
+    model = model_settings(config, n_embd=c["d0"] if small else c["d1"], n_layer=c["L0"] if small else c["L1"])
     return {
-        "kind": wildcards.kind,
-        "width": int(c["d0"] if small else c["d1"]),
-        "depth": int(c["L0"] if small else c["L1"]),
+        "train": train_settings(config, stage, seed=0),
+        "model": model,
         "grown": GROWN.format(**c) if wildcards.kind == "refine" else None,
+        "settings": {k: v for k, v in config["profile"].items() if k != "tools"},  # the tool is the wildcard
     }
-
-
-def configured_growth_options(wildcards):
-    """grow.options of every operator in the method's chain, merged."""
-    opts = {}
-    for name in method_chain(wildcards.method):
-        opts.update(config["grow"]["options"].get(name, {}))
-    return opts
-
-
-def shortest_refine_steps():
-    refine = config["train"].get("refine") or {}
-    batch = refine.get("batch_size", config["train"]["large"]["batch_size"])
-    return min(SWEEP["budgets"]) // (batch * config["model"]["context"])

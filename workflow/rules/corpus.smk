@@ -7,14 +7,14 @@ rule fetch_source:
         source_input,
     output:
         "results/corpus/sources/{source}.txt",
-    params:
-        source=lambda wc: SOURCES[wc.source],
     log:
         "results/logs/fetch_source/{source}.log",
     benchmark:
         "results/benchmarks/fetch_source/{source}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    params:
+        source=lambda wc: SOURCES[wc.source],
     script:
         "../scripts/fetch_source.py"
 
@@ -22,14 +22,14 @@ rule fetch_source:
 rule download_source:
     output:
         "resources/downloads/{source}.txt",
-    params:
-        source=lambda wc: SOURCES[wc.source],
     log:
         "results/logs/download_source/{source}.log",
     benchmark:
         "results/benchmarks/download_source/{source}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    params:
+        source=lambda wc: SOURCES[wc.source],
     script:
         "../scripts/fetch_source.py"
 
@@ -42,14 +42,14 @@ rule clean_level:
         val="results/corpus/level{level}/val.txt",
         test="results/corpus/level{level}/test.txt",
         stats="results/corpus/level{level}/stats.json",
-    params:
-        corpus=lambda wc: {k: v for k, v in config["corpus"].items() if k != "sources"},
-        names=lambda wc: [s["name"] for s in config["corpus"]["sources"] if int(s["level"]) == int(wc.level)],
     log:
         "results/logs/clean_level/level{level}.log",
     benchmark:
         "results/benchmarks/clean_level/level{level}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    params:
+        corpus=corpus_settings(),
+        names=lambda wc: [s["name"] for s in config["corpus"]["sources"] if int(s["level"]) == int(wc.level)],
     script:
         "../scripts/clean_level.py"

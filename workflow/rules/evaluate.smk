@@ -8,19 +8,19 @@ rule evaluate_model:
         tests=expand("results/tokens/level{level}/test.npy", level=LEVELS),
     output:
         "results/eval/{model}/metrics.json",
-    params:
-        levels=LEVELS,
-        context=config["model"]["context"],
-        max_tokens=config["evaluate"]["test_tokens"],
-    wildcard_constraints:
-        model=r"(small|baseline|refined)/.+",
-    threads: 1
     log:
         "results/logs/evaluate_model/{model}.log",
     benchmark:
         "results/benchmarks/evaluate_model/{model}.tsv"
+    wildcard_constraints:
+        model=r"(small|baseline|refined)/.+",
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: 1
+    params:
+        levels=LEVELS,
+        context=config["model"]["context"],
+        max_tokens=config["evaluate"]["test_tokens"],
     script:
         "../scripts/evaluate_model.py"
 
@@ -31,18 +31,18 @@ rule evaluate_ensemble:
         tests=expand("results/tokens/level{level}/test.npy", level=LEVELS),
     output:
         ENSEMBLE,
-    params:
-        members=member_dirs,
-        levels=LEVELS,
-        context=config["model"]["context"],
-        max_tokens=config["evaluate"]["test_tokens"],
-    threads: 1
     log:
         "results/logs/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.log",
     benchmark:
         "results/benchmarks/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: 1
+    params:
+        members=member_dirs,
+        levels=LEVELS,
+        context=config["model"]["context"],
+        max_tokens=config["evaluate"]["test_tokens"],
     script:
         "../scripts/evaluate_ensemble.py"
 
@@ -59,6 +59,12 @@ rule compare:
         comparison="results/eval/comparison.csv",
         curves="results/eval/curves.csv",
         lr_sweep="results/eval/lr_sweep.csv",
+    log:
+        "results/logs/compare.log",
+    benchmark:
+        "results/benchmarks/compare.tsv"
+    conda:
+        "../envs/growlm.yaml"
     params:
         combos=combos(),
         paths={
@@ -69,11 +75,5 @@ rule compare:
             "ensemble": ENSEMBLE if config["controls"]["ensemble"] else None,
         },
         vocab_size=config["tokenizer"]["vocab_size"],
-    log:
-        "results/logs/compare.log",
-    benchmark:
-        "results/benchmarks/compare.tsv"
-    conda:
-        "../../envs/growlm.yaml"
     script:
         "../scripts/compare.py"

@@ -1,5 +1,6 @@
 # Growth: combine the n trained members into the initial weights of M'_1 (width d1, depth L1)
-# with an operator (or chain) from growlm.growth.METHODS.
+# with an operator (or chain) described in growlm.methods; or run one of the two schedules that
+# reuse no small model (vcycle, apollo).
 
 
 rule grow:
@@ -10,22 +11,17 @@ rule grow:
         tokenizer="results/tokenizer/tokenizer.json",
     output:
         f"{GROWN}/growth.json",
-    params:
-        members=lambda wc: [] if wc.method in SCHEDULES else member_dirs(wc),
-        options=configured_growth_options,
-        optimizer_state=config["grow"]["optimizer_state"],
-        refine_steps=shortest_refine_steps(),
-        batch_size=config["train"]["large"]["batch_size"],
-        context=config["model"]["context"],
-    threads: 1
-    resources:
-        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: 10 * attempt,
     log:
         "results/logs/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.log",
     benchmark:
         "results/benchmarks/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
+        runtime=lambda wc, attempt: 10 * attempt,
+    params:
+        grow=grow_params,
     script:
         "../scripts/grow.py"

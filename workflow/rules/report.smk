@@ -16,7 +16,7 @@ rule corpus_stats:
     benchmark:
         "results/benchmarks/corpus_stats.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
     script:
         "../scripts/corpus_stats.py"
 
@@ -47,7 +47,7 @@ rule report_figures:
     benchmark:
         "results/benchmarks/report_figures.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
     script:
         "../scripts/report_figures.py"
 
@@ -66,6 +66,6 @@ rule plans_table:
     benchmark:
         "results/benchmarks/plans_table.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
     script:
         "../scripts/plans_table.py"

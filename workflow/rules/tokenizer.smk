@@ -8,16 +8,16 @@ rule fit_tokenizer:
     output:
         "results/tokenizer/tokenizer.json",
         "results/tokenizer/tokenizer_config.json",
-    params:
-        vocab_size=config["tokenizer"]["vocab_size"],
-        min_frequency=config["tokenizer"]["min_frequency"],
-        max_length=config["model"]["context"],
     log:
         "results/logs/fit_tokenizer.log",
     benchmark:
         "results/benchmarks/fit_tokenizer.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    params:
+        vocab_size=config["tokenizer"]["vocab_size"],
+        min_frequency=config["tokenizer"]["min_frequency"],
+        max_length=config["model"]["context"],
     script:
         "../scripts/fit_tokenizer.py"
 
@@ -33,6 +33,6 @@ rule encode_split:
     benchmark:
         "results/benchmarks/encode_split/level{level}_{split}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
     script:
         "../scripts/encode_split.py"

@@ -13,22 +13,21 @@ rule train_small:
         config=f"{SMALL}/config.json",
         ledger=f"{SMALL}/ledger.csv",
         plan=f"{SMALL}/plan.json",
-    params:
-        train=train_settings(config, "small"),
-        model=config["model"],
-        members=config["members"],
-    threads: config["train"]["threads"]
-    resources:
-        gpu=config["resources"]["gpu"],
-        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
-        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
     log:
         "results/logs/train_small/d{d0}_L{L0}_s{seed}_m{member}.log",
     benchmark:
         "results/benchmarks/train_small/d{d0}_L{L0}_s{seed}_m{member}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=small_train,
+        model=lambda wc: model_settings(config, n_embd=wc.d0, n_layer=wc.L0),
+        init_seed=lambda wc: member_seed(wc.seed, wc.member),
+        shard=lambda wc: member_shard(config, wc.member),
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
     script:
         "../scripts/train_small.py"
 
@@ -43,21 +42,19 @@ rule train_baseline:
         config=f"{BASELINE}/config.json",
         ledger=f"{BASELINE}/ledger.csv",
         plan=f"{BASELINE}/plan.json",
-    params:
-        train=train_settings(config, "large"),
-        model=config["model"],
-    threads: config["train"]["threads"]
-    resources:
-        gpu=config["resources"]["gpu"],
-        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
-        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
     log:
         "results/logs/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.log",
     benchmark:
         "results/benchmarks/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=baseline_train,
+        model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
     script:
         "../scripts/train_baseline.py"
 
@@ -73,20 +70,17 @@ rule refine:
         config=f"{REFINED}/config.json",
         ledger=f"{REFINED}/ledger.csv",
         plan=f"{REFINED}/plan.json",
-    params:
-        train=train_settings(config, "refine"),
-        model=config["model"],
-    threads: config["train"]["threads"]
-    resources:
-        gpu=config["resources"]["gpu"],
-        cpus_per_gpu=config["resources"]["cpus_per_gpu"],
-        mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: config["resources"]["runtime"] * attempt,
     log:
         "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.log",
     benchmark:
         "results/benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.tsv"
     conda:
-        "../../envs/growlm.yaml"
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=refine_train,
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
     script:
         "../scripts/refine.py"

@@ -1,5 +1,5 @@
 """Entry script of rule corpus_stats."""
-from growlm.jobs import job_log
+from growlm.errors import job_log
 from growlm.report import corpus_stats_table
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,11 +1,9 @@
 """Entry script of rule encode_split."""
 from pathlib import Path
 
-from growlm.data import encode_file
-from growlm.jobs import job_log
-from growlm.tokenizer import load_tokenizer
+from growlm.errors import job_log
+from growlm.jobs.tokenizer import encode_split
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], "encode_split"):
-    n = encode_file(sm.input.text, load_tokenizer(Path(sm.input.tokenizer).parent), sm.output[0])
-    print(f"{sm.input.text}: {n} tokens")
+with job_log(sm.log[0], sm.rule):
+    encode_split(sm.input.text, Path(sm.input.tokenizer).parent, sm.output[0])

@@ -1,7 +1,7 @@
 """Entry script of rules fetch_source and download_source."""
-from growlm.jobs import fetch_source, job_log
+from growlm.errors import job_log
+from growlm.jobs.corpus import fetch_source
 
-with job_log(snakemake.log[0], snakemake.rule):  # noqa: F821 (snakemake is injected)
-    src = snakemake.params.source  # noqa: F821
-    bundled = snakemake.input[0] if snakemake.rule == "fetch_source" else None  # noqa: F821
-    fetch_source(src, snakemake.output[0], bundled=bundled)  # noqa: F821
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+with job_log(sm.log[0], sm.rule):
+    fetch_source(sm.params.source, sm.output[0], bundled=sm.input[0] if sm.rule == "fetch_source" else None)

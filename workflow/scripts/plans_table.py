@@ -1,5 +1,5 @@
 """Entry script of rule plans_table."""
-from growlm.jobs import job_log
+from growlm.errors import job_log
 from growlm.report import plans_html
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,5 +1,5 @@
 """Entry script of rule profile_report."""
-from growlm.jobs import job_log
+from growlm.errors import job_log
 from growlm.report import profile_html
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -3,12 +3,12 @@ from pathlib import Path
 
 import torch
 
-from growlm.jobs import job_log, refine
+from growlm.errors import job_log
+from growlm.jobs.train import refine
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], "refine"):
+with job_log(sm.log[0], sm.rule):
     torch.set_num_threads(sm.threads)
-    refine(config=sm.config, grown_dir=Path(sm.input.grown).parent, seed=int(sm.wildcards.seed),
-           tokens=int(sm.wildcards.budget), lr=float(sm.wildcards.lr),
-           train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,
-           out_dir=Path(sm.output.model).parent)
+    refine(train=sm.params.train, grown_dir=Path(sm.input.grown).parent, train_file=sm.input.train,
+           val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
+           memory_limit_gb=sm.params.memory_limit_gb)

@@ -1,5 +1,5 @@
 """Entry script of rule report_figures."""
-from growlm.jobs import job_log
+from growlm.errors import job_log
 from growlm.report import comparison_html, cost_ratio_plot, loss_vs_flops_plot
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -3,13 +3,13 @@ from pathlib import Path
 
 import torch
 
-from growlm.jobs import job_log, train_from_scratch
+from growlm.errors import job_log
+from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], "train_baseline"):
+with job_log(sm.log[0], sm.rule):
     torch.set_num_threads(sm.threads)
-    seed = int(sm.wildcards.seed)
-    train_from_scratch(config=sm.config, stage="large", n_embd=int(sm.wildcards.d1), n_layer=int(sm.wildcards.L1),
-                       seed=seed, init_seed=seed, tokens=int(sm.wildcards.budget), lr=float(sm.wildcards.lr), train_file=sm.input.train, val_file=sm.input.val,
-                       tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
-                       role="baseline M_0")
+    train_model(train=sm.params.train, model=sm.params.model, init_seed=int(sm.wildcards.seed), role="baseline M_0",
+                train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,
+                out_dir=Path(sm.output.model).parent, memory_limit_gb=sm.params.memory_limit_gb,
+                gpus=sm.resources.gpu)

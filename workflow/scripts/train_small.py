@@ -3,17 +3,14 @@ from pathlib import Path
 
 import torch
 
-from growlm.experiment import member_seed
-from growlm.jobs import job_log, train_from_scratch
+from growlm.errors import job_log
+from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], "train_small"):
+with job_log(sm.log[0], sm.rule):
     torch.set_num_threads(sm.threads)
-    member, seed = int(sm.wildcards.member), int(sm.wildcards.seed)
-    members = sm.params.members
-    shard = ((member - 1) % members["shards"], members["shards"]) if members["data"] == "shards" else None
-    train_from_scratch(config=sm.config, stage="small", n_embd=int(sm.wildcards.d0), n_layer=int(sm.wildcards.L0),
-                       seed=member_seed(seed, member), init_seed=member_seed(seed, member),
-                       train_file=sm.input.train, val_file=sm.input.val,
-                       tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
-                       shard=shard, role=f"small member m{member}")
+    train_model(train=sm.params.train, model=sm.params.model, init_seed=sm.params.init_seed,
+                role=f"small member m{sm.wildcards.member}", train_file=sm.input.train, val_file=sm.input.val,
+                tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
+                shard=sm.params.shard, memory_limit_gb=sm.params.memory_limit_gb, gpus=sm.resources.gpu,
+                keep_moments=True)

@@ -16,7 +16,12 @@ import shutil
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.fsdp import FSDPModule
 
 MANIFEST = "manifest.json"
 
@@ -30,22 +35,15 @@ def _sha256(path: Path) -> str:
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _is_fsdp(model: torch.nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return False
+def is_fsdp(model: torch.nn.Module) -> bool:
+    """Whether `model` is sharded by FSDP2 (`fully_shard`)."""
     return isinstance(model, FSDPModule)
 
 
 def _full_options():
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
     return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
@@ -60,10 +58,8 @@ def _param_fqns(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> lis
 def _optimizer_state_dict(optimizer: torch.optim.Optimizer, model: torch.nn.Module | None) -> dict:
     """`optimizer.state_dict()`; under FSDP2 the full (gathered) one, a collective, with FQN keys
     turned back into the indices a plain optimizer uses, so that checkpoints load under any strategy."""
-    if model is None or not _is_fsdp(model):
+    if model is None or not is_fsdp(model):
         return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
     sd = get_optimizer_state_dict(model, optimizer, options=_full_options())
     if "param_groups" not in sd:  # full state dicts offloaded to the CPU go to rank 0 only
         return {"state": {}, "param_groups": []}
@@ -94,9 +90,7 @@ def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: 
     for key, value in meta["scalars"].items():
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = value
-    if model is not None and _is_fsdp(model):  # every rank holds the full state; FSDP2 shards it
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-
+    if model is not None and is_fsdp(model):  # every rank holds the full state; FSDP2 shards it
         fqns = _param_fqns(model, optimizer)
         groups = [{**g, "params": [fqns[i] for i in g["params"]]} for g in meta["param_groups"]]
         set_optimizer_state_dict(model, optimizer, {"state": {fqns[i]: v for i, v in state.items()},
@@ -110,9 +104,7 @@ def _model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     # DDP's `module.` prefix is dropped and FSDP2 shards are gathered (a collective), so that a
     # checkpoint loads under any strategy or none
     model = getattr(model, "module", model)
-    if _is_fsdp(model):
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
+    if is_fsdp(model):
         full = get_model_state_dict(model, options=_full_options())
         first = {}  # tied weights come back as copies: keep the first name of each parameter
         for name, p in model.named_parameters(remove_duplicate=False):
@@ -139,8 +131,6 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     model_tensors = _model_tensors(model)  # collectives under FSDP2: every rank takes part
     opt_tensors, opt_meta = _optimizer_to_flat(optimizer, model)
     if _rank() != 0:  # only rank 0 writes; the others wait until the checkpoint is whole
-        import torch.distributed as dist
-
         dist.barrier()
         return final
     shutil.rmtree(tmp, ignore_errors=True)
@@ -159,8 +149,6 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     os.replace(tmp, final)
     for old in sorted(ckpt_dir.glob("step_*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
     return final
@@ -218,16 +206,12 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
                 if _rank() == 0:
                     for old in stale:
                         shutil.rmtree(old, ignore_errors=True)
-                import torch.distributed as dist
-
                 if dist.is_available() and dist.is_initialized():
                     dist.barrier()
                 return None
         tensors = load_file(path / "model.safetensors")
         core = getattr(model, "module", model)  # DDP: the checkpoint holds the unwrapped names
-        if _is_fsdp(core):
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
+        if is_fsdp(core):
             missing, unexpected = set_model_state_dict(
                 core, tensors, options=StateDictOptions(full_state_dict=True, strict=False))
         else:

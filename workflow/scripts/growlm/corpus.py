@@ -1,6 +1,6 @@
 """The corpus stage: children's reading text in, one clean sentence per line out.
 
-Sources are Project Gutenberg books (bundled under ``resources/corpus`` or downloaded).
+Sources are Project Gutenberg books (bundled under ``workflow/resources/corpus`` or downloaded).
 `clean_gutenberg` turns a raw book into paragraphs of prose: it drops front matter,
 contents lists, illustration tags, lesson headings, word lists, phonics keys, page numbers,
 appendices and publishers' advertisements, and re-joins hard-wrapped lines.
@@ -24,6 +24,9 @@ import urllib.request
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+
+import pyphen
+import pysbd
 
 from growlm.errors import GrowlmError
 
@@ -263,8 +266,6 @@ _TERMINALS = re.compile(r"[.!?\u2014;:]+")
 def _segmenter():
     global _SEGMENTER
     if _SEGMENTER is None:
-        import pysbd
-
         _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
     return _SEGMENTER
 
@@ -325,8 +326,6 @@ def split_of(sentence: str, val_fraction: float, test_fraction: float) -> str:
 def flesch_kincaid_grade(sentences: list[str]) -> float:
     """Flesch-Kincaid grade 0.39 w/s + 11.8 syl/w - 15.59, syllables from pyphen's English
     hyphenation dictionary (what textstat 0.7.3 did; newer textstat downloads cmudict at run time)."""
-    import pyphen
-
     dic = pyphen.Pyphen(lang="en_US")
     words = [w for s in sentences for w in re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)?", s)]
     if not sentences or not words:

@@ -37,6 +37,11 @@ def peak_flops_for_name(name: str) -> float | None:
     return None
 
 
+def choose_device() -> str:
+    """The device a job trains on: the GPU when there is one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def device_name(device: str | torch.device) -> str:
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():

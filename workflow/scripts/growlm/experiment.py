@@ -1,57 +1,33 @@
-"""The experiment as the config describes it: the sweep, its checks, and each job's settings.
+"""The experiment as the config describes it: the sweep, its checks, and what each job reads.
 
-Used by the workflow (`workflow/rules/common.smk`) to build targets and by the entry scripts to
-turn config sections into a `TrainConfig`, so both agree on every value.
+The workflow (`workflow/rules/common.smk`) imports this module while Snakemake parses the Snakefile,
+so it is torch-free. It turns the validated config into
+
+* the sweep: every (d0, L0, d1, L1, n, method, seed, budget, lr) combination (`normalise_sweep`);
+* the checks that stop a bad experiment before any job runs (`check_experiment`);
+* each job's settings, resolved from the config sections it depends on (`train_settings`,
+  `model_settings`, `grow_settings`, ...). The rules declare exactly these as `params`, and the
+  entry scripts pass only them (with the rule's wildcards, inputs and outputs) to the job functions
+  in `growlm.jobs`: a job reads nothing that its rule does not declare, so Snakemake reruns a job
+  exactly when something it reads changed.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
-from growlm.methods import METHODS, members_used
-
-if TYPE_CHECKING:  # torch; the Snakefile imports this module and should not wait for torch
-    from growlm.train import TrainConfig
+from growlm.methods import OPERATORS, SCHEDULES, check_options, method_chain, methods
+from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
+INT_SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "n_members", "seeds", "budgets")
+FLOAT_SWEEP_KEYS = ("lrs",)
+STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
+SHARED_TRAIN_KEYS = ("min_lr_ratio", "weight_decay", "grad_clip", "eval_interval", "eval_tokens", "checkpoint_every")
 
 
 def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
-SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
-
-
-def method_chain(method) -> list[str]:
-    """A config method (a name, a list of names, or an id 'a+b', maybe with the control suffix)
-    as a list of operator names."""
-    if isinstance(method, str):
-        return method.removesuffix(SINGLE_MEMBER).split("+")
-    return [str(m) for m in method]
-
-
-def is_single_member_control(method_id_: str) -> bool:
-    return method_id_.endswith(SINGLE_MEMBER)
-
-
-def needs_single_member_control(method) -> bool:
-    """Whether the m_1-only control of `method` differs from the method itself: only chains with an
-    operator that combines several members (concat, stack_members, ligo, mango) do; a single-source
-    chain already grows m_1 alone, and the schedules (vcycle, apollo) use no member."""
-    chain = method_chain(method)
-    return not any(name in SCHEDULES for name in chain) and members_used(chain, 2) > 1
-
-
-def method_id(method) -> str:
-    """The path-safe id of a method or chain: names joined by '+'."""
-    return "+".join(method_chain(method))
-
-
-INT_SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "n_members", "seeds", "budgets")
-FLOAT_SWEEP_KEYS = ("lrs",)
 
 
 def lr_id(lr) -> str:
@@ -121,9 +97,9 @@ def check_experiment(config: dict, sweep: dict) -> None:
                 if len(method_chain(m)) > 1:
                     raise ValueError(f"{name} is a training schedule and cannot be chained")
                 continue
-            if name not in METHODS:
+            if name not in OPERATORS:
                 raise ValueError(f"unknown growth method {name!r} in methods; known: "
-                                 f"{', '.join([*METHODS, *SCHEDULES])}")
+                                 f"{', '.join([*methods(), *SCHEDULES])}")
     levels = {int(s["level"]) for s in config["corpus"]["sources"]}
     for needed in (0, 1):
         if needed not in levels:
@@ -134,33 +110,25 @@ def check_experiment(config: dict, sweep: dict) -> None:
         raise ValueError(f"corpus.sources names must be unique; repeated: {', '.join(sorted(dupes))}")
 
 
-STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
+# ----------------------------------------------------------------------------------------------
+# what each job reads
+# ----------------------------------------------------------------------------------------------
 
-
-def train_settings(config: dict, stage: str) -> dict:
-    """The part of config["train"] a job of `stage` reads: the shared keys and STAGE_SECTIONS[stage].
-    The training rules declare it as params, so that Snakemake reruns a job only when a setting it
-    reads changed (the members' schedule never reruns M_0)."""
-    shared = {k: v for k, v in config["train"].items() if k not in ("small", "large", "refine")}
-    return {**shared, **{s: config["train"].get(s) or {} for s in STAGE_SECTIONS[stage]}}
-
-
-def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
-                 tokens: int | None = None, lr: float | None = None) -> TrainConfig:
-    """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'); `tokens` is the budget of
-    a large job (the `budget` wildcard), else the stage's configured tokens; `lr` the peak learning
-    rate of a large job (the `lr` wildcard), else the stage's configured one."""
+def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = None,
+                 lr: float | None = None) -> TrainConfig:
+    """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'): `train.<stage>` over the
+    shared keys of `train` (refine: large's settings with refine's batch size and warm-up on top).
+    `tokens` is the budget of a large job (the `budget` wildcard), else the stage's configured tokens;
+    `lr` the peak learning rate of a large job (the `lr` wildcard), else the stage's configured one."""
     t = config["train"]
-    first, *overrides = STAGE_SECTIONS[stage]  # refine: large's settings, refine's on top (not its tokens)
+    first, *overrides = STAGE_SECTIONS[stage]
     base = dict(t[first])
     for section in overrides:
-        base.update({k: v for k, v in (t.get(section) or {}).items() if k != "tokens"})
+        base.update(t.get(section) or {})
     if tokens is not None:
         base["tokens"] = tokens
     if lr is not None:
         base["lr"] = lr
-    from growlm.train import TrainConfig
-
     return TrainConfig(
         tokens=int(base["tokens"]),
         batch_size=int(base.get("batch_size", 16)),
@@ -174,17 +142,81 @@ def train_config(config: dict, stage: str, *, seed: int, device: str = "cpu",
         eval_tokens=int(t["eval_tokens"]),
         checkpoint_every=int(t["checkpoint_every"]),
         dense_log_steps=int(t["dense_log_steps"]) if stage == "refine" else 0,
-        seed=seed,
-        device=device,
+        seed=int(seed),
     )
 
 
-def model_kwargs(config: dict, *, n_embd: int, n_layer: int, vocab_size: int) -> dict:
-    """Keyword arguments for `growlm.model.build_model` for a model of this experiment."""
+def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = None,
+                   lr: float | None = None) -> dict:
+    """`train_config(...)` as the plain dict a rule declares as `params.train` (the settings that
+    make the run what it is; how it runs is decided on the machine)."""
+    return train_config(config, stage, seed=seed, tokens=tokens, lr=lr).run_settings()
+
+
+def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
+    """Keyword arguments of `growlm.model.build_model` for a model of this experiment (the vocabulary
+    size comes from the tokenizer when the job runs)."""
     m = config["model"]
-    return dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size, n_positions=m["context"],
-                head_dim=m["head_dim"], tie_word_embeddings=m["tie_embeddings"])
+    return dict(n_embd=int(n_embd), n_layer=int(n_layer), n_positions=m["context"], head_dim=m["head_dim"],
+                tie_word_embeddings=m["tie_embeddings"])
 
 
 def member_seed(seed: int, member: int) -> int:
+    """Member i of experiment seed s is initialised, and its batches drawn, with seed 1000 s + i."""
     return 1000 * int(seed) + int(member)
+
+
+def member_shard(config: dict, member: int) -> list[int] | None:
+    """[index, count] of the disjoint data shard member i trains on (`members.data: shards`), or None."""
+    members = config["members"]
+    if members["data"] != "shards":
+        return None
+    return [(int(member) - 1) % members["shards"], members["shards"]]
+
+
+def refine_steps(config: dict, budgets: list[int]) -> int:
+    """Optimizer steps of the shortest refinement of the sweep."""
+    refine = config["train"].get("refine") or {}
+    batch = refine.get("batch_size", config["train"]["large"]["batch_size"])
+    return min(int(b) for b in budgets) // (batch * config["model"]["context"])
+
+
+def growth_options(config: dict, chain: list[str]) -> dict:
+    """The configured `grow.options` of every operator in a chain, merged."""
+    opts = {}
+    for name in chain:
+        opts.update(config["grow"]["options"].get(name, {}))
+    return opts
+
+
+def grow_settings(config: dict, method: str, *, budgets: list[int]) -> dict:
+    """What a grow job of `method` (a chain id, maybe with the control suffix) reads: the operators'
+    options (mask ramps that end within the shortest refinement, a fifth of it unless configured),
+    the optimizer-state choice and, for learned operators, how to draw their level-1 batches."""
+    chain = method_chain(method)
+    options = growth_options(config, chain)
+    steps = refine_steps(config, budgets)
+    for name in chain:
+        for key in OPERATORS[name].ramps:
+            options.setdefault(key, max(1, steps // 5))
+    check_options(chain, options)
+    out = {"options": options, "optimizer_state": config["grow"]["optimizer_state"], "refine_steps": steps}
+    if any(OPERATORS[name].learned for name in chain):
+        out["learned_batches"] = {"batch_size": config["train"]["large"]["batch_size"],
+                                  "context": config["model"]["context"]}
+    return out
+
+
+def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, seed: int) -> dict:
+    """What the grow job of a schedule (the V-cycle, the Apollo-style control) reads."""
+    model = model_settings(config, n_embd=n_embd, n_layer=n_layer)
+    if method == "vcycle":
+        vc = config["vcycle"]
+        train = train_config(config, "large", seed=int(seed) + 104729, tokens=int(vc["tokens"]),
+                             lr=float(vc["lr"])).run_settings()
+        return {"vcycle": dict(vc), "train": train, "model": model,
+                "memory_limit_gb": config["resources"]["memory_limit_gb"]}
+    ap, t = config["apollo"], config["train"]
+    return {"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
+            "context": int(config["model"]["context"]), "weight_decay": float(t["weight_decay"]),
+            "grad_clip": float(t["grad_clip"])}

@@ -1,36 +1,318 @@
-"""The growth operators a config may name, and which of them combine several members.
+"""The growth methods a config may name: one description per operator, and the chains built from them.
 
-A plain table, importable without torch, so that the workflow can check a config and plan its jobs
-(`growlm.experiment`) while Snakemake parses the Snakefile, which happens at every `snakemake` start
-and, on SLURM, in every job. The operators themselves live in `growlm.growth` (its registry is the
-truth; `tests/test_growth.py` checks this table against it).
+This module is torch-free on purpose: the workflow imports it while Snakemake parses the Snakefile
+(at every `snakemake` start and, on SLURM, in every job), and checks every growth chain of the sweep
+here, with each operator's own constraints and option names, before any job runs.
+
+An operator is described once, by an `OperatorSpec` in `OPERATORS`:
+
+* `axis`: what it grows ("width", "depth" or "both"); `multi`: it combines all n members (else it
+  uses m_1 alone); `kind` follows from the two ("combine" for a multi-member operator);
+* `exact`: the grown model computes exactly what the source did before training (for `concat`: the
+  members' logit average);
+* `learned`: its growth map is trained (its cost is counted; it is not affine in the weights, so the
+  members' optimizer moments cannot be carried over);
+* `ramps`: options that are lengths, in refinement steps, of a mask ramp that must end within the
+  refinement (the grow job sets them to a fifth of the shortest refinement unless configured);
+* `options`: the keyword options with their defaults (the implementation's signature must say the
+  same: `growlm.growth.registry.implements` checks it at import);
+* `check(shape, n, n_embd, n_layer, n_head, absorbed)`: raises GrowlmError when the operator cannot
+  grow n members of `shape` to that size; `natural(shape, n)`: the size a combining operator reaches
+  by itself, for chains; `absorbs`: operators that, following this one in a chain, are fused into it.
+
+The implementations live in `growlm.growth` (torch). `SCHEDULES` are the two training schedules that
+stand in the method list but reuse no small model (the V-cycle and the Apollo-style control).
 """
 
 from __future__ import annotations
 
-# name -> uses all n members (True) or only the first, m_1 (False)
-OPERATORS: dict[str, bool] = {
-    "aki": False,
-    "concat": True,
-    "fpi": False,
-    "hyperclone": False,
-    "interleave": False,
-    "lemon": False,
-    "ligo": True,
-    "mango": True,
-    "msg": False,
-    "net2net": False,
-    "stack": False,
-    "stack_members": True,
-    "zero_block": False,
-}
-METHODS: list[str] = sorted(OPERATORS)
+from dataclasses import dataclass, field
+from typing import Callable
+
+from growlm.errors import GrowlmError
+from growlm.shape import ModelShape
+
+SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
+SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    axis: str  # "width" | "depth" | "both"
+    exact: bool
+    multi: bool = False
+    learned: bool = False
+    ramps: tuple[str, ...] = ()
+    options: dict = field(default_factory=dict)
+    check: Callable | None = None
+    natural: Callable | None = None
+    absorbs: tuple[str, ...] = ()
+    summary: str = ""
+    source: str = "growlm"  # "growlm" for the built-in operators, else the plugin file that declared it
+
+    @property
+    def kind(self) -> str:
+        return "combine" if self.multi else self.axis
+
+
+# ----------------------------------------------------------------------------------------------
+# the operators' constraints
+# ----------------------------------------------------------------------------------------------
+
+def check_heads(s: ModelShape, n_embd: int, n_head: int | None, what: str) -> int:
+    """Head count of the grown model when the head size is kept (heads are copied whole)."""
+    if n_embd % s.dh:
+        raise GrowlmError(f"{what}: width {n_embd} is not a multiple of the head size {s.dh} "
+                          f"(heads are copied whole, so the head size is kept)")
+    h1 = n_embd // s.dh
+    if n_head is not None and n_head != h1:
+        raise GrowlmError(f"{what}: n_head={n_head} would change the head size {s.dh}; "
+                          f"this operator keeps it (n_head={h1} for width {n_embd})")
+    return h1
+
+
+def _keeps_heads(name: str) -> Callable:
+    def check(s, n, n_embd, n_layer, n_head, absorbed=()):
+        check_heads(s, n_embd, n_head, name)
+    return check
+
+
+def _hyperclone(s, n, n_embd, n_layer, n_head, absorbed=()):
+    if n_embd % s.d:
+        raise GrowlmError(f"hyperclone needs the width {n_embd} to be a multiple of the source width {s.d} "
+                          f"(k = d1/d0 must be an integer); use 'lemon' for other widths")
+    check_heads(s, n_embd, n_head, "hyperclone")
+
+
+def _keeps_width(name: str) -> Callable:
+    def check(s, n, n_embd, n_layer, n_head, absorbed=()):
+        if n_embd != s.d:
+            raise GrowlmError(f"{name} keeps the width ({s.d}), but width {n_embd} was asked; "
+                              f"chain a width operator before it, e.g. ['hyperclone', '{name}']")
+        if n_head is not None and n_head != s.h:
+            raise GrowlmError(f"{name} keeps the heads ({s.h}), but n_head={n_head} was asked")
+    return check
+
+
+def _stack_members(s, n, n_embd, n_layer, n_head, absorbed=()):
+    _keeps_width("stack_members")(s, n, n_embd, n_layer, n_head)
+    if n_layer != n * s.L:
+        raise GrowlmError(f"stack_members puts the {n} members' {s.L} blocks one after another "
+                          f"(depth {n * s.L}), but depth {n_layer} was asked; chain a depth operator "
+                          f"after it, e.g. ['stack_members', 'zero_block']")
+
+
+def _concat(s, n, n_embd, n_layer, n_head, absorbed=()):
+    check_heads(s, n_embd, n_head, "concat")
+    if n_embd < n * s.d:
+        raise GrowlmError(f"concat of {n} members of width {s.d} needs width >= {n * s.d}, not {n_embd}")
+    if n_embd != n * s.d and "lemon" not in absorbed:
+        raise GrowlmError(f"concat puts {n} members of width {s.d} side by side (width {n * s.d}), but width "
+                          f"{n_embd} was asked; for other widths use the chain ['concat', 'lemon']")
+
+
+_NOISY_COPY = {"noise": 0.0, "mapping": "random"}
+_LEARNED = {"steps": 100, "batches": None, "lr": 1e-3, "init_noise": 0.01, "device": None}
+
+OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
+    OperatorSpec("hyperclone", "width", exact=True, options={"noise": 0.0}, check=_hyperclone,
+                 summary="width x k (heads x k, head size kept), optional cancelling noise"),
+    OperatorSpec("lemon", "both", exact=True, check=_keeps_heads("lemon"),
+                 options={"noise": 0.1, "residue_std": 0.02, "position": "interleave"},
+                 summary="width and depth to any size (mean padding, unequal splits, LN gain/eps rescaled)"),
+    OperatorSpec("net2net", "width", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("net2net"),
+                 summary="Net2Net width (random copy map)"),
+    OperatorSpec("fpi", "both", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("fpi"),
+                 summary="bert2BERT function-preserving init: Net2Net width, then stacking for depth"),
+    OperatorSpec("aki", "both", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("aki"),
+                 summary="bert2BERT advanced knowledge init: FPI with new units from the next layer"),
+    OperatorSpec("zero_block", "depth", exact=True, options={"position": "interleave"},
+                 check=_keeps_width("zero_block"), summary="depth: new blocks with zero output projections"),
+    OperatorSpec("stack", "depth", exact=False, check=_keeps_width("stack"),
+                 summary="depth: G_stack (1..L, 1..L)"),
+    OperatorSpec("interleave", "depth", exact=False, check=_keeps_width("interleave"),
+                 summary="depth: every block duplicated in place (1,1,2,2,...)"),
+    OperatorSpec("msg", "both", exact=True, ramps=("ramp_steps",), check=_keeps_heads("msg"),
+                 options={"ramp_steps": 100, "position": "interleave", "init_std": None},
+                 summary="Masked Structural Growth: new units/heads/blocks masked in over ramp_steps"),
+    OperatorSpec("concat", "width", exact=True, multi=True, ramps=("ramp_steps", "ln_ramp_steps"),
+                 check=_concat, natural=lambda s, n: (n * s.d, s.L), absorbs=("lemon",),
+                 options={"cross": "zero", "cross_std": None, "ramp_steps": 100, "ln_ramp_steps": 100,
+                          "noise": 0.1, "residue_std": 0.02},
+                 summary="the n members side by side (d1 = n d0), per-member LayerNorm faded into full"),
+    OperatorSpec("stack_members", "depth", exact=False, multi=True, options={"embed": "mean"},
+                 check=_stack_members, natural=lambda s, n: (s.d, n * s.L),
+                 summary="depth: the members' blocks one after another"),
+    OperatorSpec("ligo", "both", exact=False, multi=True, learned=True, options=dict(_LEARNED),
+                 check=_keeps_heads("learned growth"), summary="LiGO: learned linear growth maps"),
+    OperatorSpec("mango", "both", exact=False, multi=True, learned=True, options={"rank": 2, **_LEARNED},
+                 check=_keeps_heads("learned growth"), summary="Mango: learned tensor-ring growth maps"),
+]}
+
+
+def methods() -> list[str]:
+    """The sorted names of every operator (built-in and registered by plugins)."""
+    return sorted(OPERATORS)
+
+
+METHODS: list[str] = methods()  # the built-in operators (plugins add to OPERATORS)
+
+
+def register_spec(spec: OperatorSpec) -> OperatorSpec:
+    """Add an operator's description (plugins); a name may be described once."""
+    if spec.name in OPERATORS or spec.name in SCHEDULES:
+        raise GrowlmError(f"growth operator {spec.name!r} is described twice "
+                          f"({OPERATORS[spec.name].source if spec.name in OPERATORS else 'a schedule'} "
+                          f"and {spec.source})")
+    if spec.axis not in ("width", "depth", "both"):
+        raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both, "
+                          f"not {spec.axis!r}")
+    OPERATORS[spec.name] = spec
+    return spec
+
+
+# ----------------------------------------------------------------------------------------------
+# method ids: a config's method (a name or a chain), as a path component
+# ----------------------------------------------------------------------------------------------
+
+def method_chain(method) -> list[str]:
+    """A config method (a name, a list of names, or an id 'a+b', maybe with the control suffix)
+    as a list of operator names."""
+    if isinstance(method, str):
+        return method.removesuffix(SINGLE_MEMBER).split("+")
+    return [str(m) for m in method]
+
+
+def method_id(method) -> str:
+    """The path-safe id of a method or chain: names joined by '+'."""
+    return "+".join(method_chain(method))
+
+
+def is_single_member_control(method_id_: str) -> bool:
+    return method_id_.endswith(SINGLE_MEMBER)
+
+
+def is_schedule(method) -> bool:
+    return any(name in SCHEDULES for name in method_chain(method))
 
 
 def members_used(method, n: int) -> int:
     """How many of n members `method` (a name or chain) actually uses: all n when an operator of the
-    chain combines members (concat, stack_members, ligo, mango), else only the first (m_1)."""
-    chain = [method] if isinstance(method, str) else list(method)
-    if not chain:
+    chain combines members, else only the first (m_1); none for a schedule."""
+    chain = method_chain(method)
+    if not chain or is_schedule(chain):
         return 0
-    return n if any(OPERATORS.get(name, False) for name in chain) else min(n, 1)
+    return n if any(OPERATORS[name].multi for name in chain if name in OPERATORS) else min(n, 1)
+
+
+def needs_single_member_control(method) -> bool:
+    """Whether the m_1-only control of `method` differs from the method itself: only chains with an
+    operator that combines several members do; a single-source chain already grows m_1 alone, and
+    the schedules use no member."""
+    return members_used(method, 2) > 1
+
+
+# ----------------------------------------------------------------------------------------------
+# chains: which operator grows what, to which intermediate size
+# ----------------------------------------------------------------------------------------------
+
+_AXIS_ORDER = {"width": 0, "both": 1, "depth": 2}
+
+
+def chain_names(method) -> list[str]:
+    """The operator names of a method, checked: known, not repeated, not empty."""
+    names = [method] if isinstance(method, str) else list(method)
+    if not names:
+        raise GrowlmError("empty growth method chain")
+    for name in names:
+        if not isinstance(name, str) or name not in OPERATORS:
+            raise GrowlmError(f"unknown growth method {name!r}; known: {', '.join(methods())}")
+    if len(set(names)) != len(names):
+        raise GrowlmError(f"growth chain {names} repeats an operator")
+    return names
+
+
+def plan_chain(shape: ModelShape, n: int, method, *, n_embd: int, n_layer: int,
+               n_head: int | None = None) -> list[tuple[list[str], int, int, int | None]]:
+    """The steps of a chain that grows n members of `shape` to width `n_embd`, depth `n_layer`:
+    [(fused operator names, width, depth, n_head or None)], width operators first. Raises
+    GrowlmError naming the operator and the constraint when a step cannot be taken."""
+    s = shape
+    names = chain_names(method)
+    if n_embd < s.d:
+        raise GrowlmError(f"target width n_embd={n_embd} is smaller than the members' width {s.d}")
+    if n_layer < s.L:
+        raise GrowlmError(f"target depth n_layer={n_layer} is smaller than the members' depth {s.L}")
+    if n_head is not None and (n_head <= 0 or n_embd % n_head):
+        raise GrowlmError(f"n_head={n_head} does not divide the target width {n_embd}")
+    names = sorted(names, key=lambda nm: _AXIS_ORDER[OPERATORS[nm].axis])
+    steps, i = [], 0
+    cur, cur_n = s, n
+    while i < len(names):
+        name = names[i]
+        spec = OPERATORS[name]
+        fused = [name]
+        if i + 1 < len(names) and names[i + 1] in spec.absorbs:
+            fused.append(names[i + 1])
+            i += 1
+        later = names[i + 1:]
+        later_w = any(OPERATORS[o].axis in ("width", "both") for o in later)
+        later_d = any(OPERATORS[o].axis in ("depth", "both") for o in later)
+        natural = spec.natural(cur, cur_n) if spec.natural and len(fused) == 1 else None
+        if spec.axis == "width":
+            if later_w and natural is None:
+                raise GrowlmError(f"chain {names}: two width operators ({name} then "
+                                  f"{[o for o in later if OPERATORS[o].axis != 'depth'][0]}) and {name} has no "
+                                  f"natural intermediate width")
+            tw, tl = (natural[0] if later_w else n_embd), cur.L
+        elif spec.axis == "depth":
+            if later_d and natural is None:
+                raise GrowlmError(f"chain {names}: two depth operators and {name} has no natural intermediate depth")
+            tw, tl = cur.d, (natural[1] if later_d else n_layer)
+        else:
+            if later_w:
+                raise GrowlmError(f"chain {names}: {name} grows width and depth, so it must come after the "
+                                  f"width operators")
+            tw, tl = n_embd, (cur.L if later_d else n_layer)
+        hd = n_head if tw == n_embd else None
+        if spec.check is not None:
+            try:
+                spec.check(cur, cur_n, tw, tl, hd, absorbed=tuple(fused[1:]))
+            except GrowlmError as err:
+                raise GrowlmError(f"{'+'.join(fused)}: {err}") from None
+        steps.append((fused, tw, tl, hd))
+        h = hd if hd is not None else (tw // cur.dh if tw % cur.dh == 0 else cur.h)
+        cur = cur.resized(n_embd=tw, n_layer=tl, n_head=h)
+        if spec.multi:
+            cur_n = 1
+        i += 1
+    if (cur.d, cur.L) != (n_embd, n_layer):
+        what = []
+        if cur.L != n_layer:
+            what.append(f"depth {cur.L} instead of {n_layer} (add a depth operator, e.g. "
+                        f"{names + ['zero_block']})")
+        if cur.d != n_embd:
+            what.append(f"width {cur.d} instead of {n_embd} (add a width operator, e.g. "
+                        f"{['hyperclone'] + names})")
+        raise GrowlmError(f"growth method {names if len(names) > 1 else names[0]!r} reaches "
+                          + " and ".join(what))
+    return steps
+
+
+def chain_options(names: list[str]) -> dict:
+    """The options the operators of a chain take together, with their defaults (the first wins)."""
+    out: dict = {}
+    for name in names:
+        for key, value in OPERATORS[name].options.items():
+            out.setdefault(key, value)
+    return out
+
+
+def check_options(names: list[str], options: dict) -> None:
+    """Raise GrowlmError naming an option no operator of the chain takes, and what they take."""
+    accepted = chain_options(names)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise GrowlmError(f"option(s) {', '.join(unknown)} not taken by {'+'.join(names)}; they take: "
+                          + "; ".join(f"{nm}: {', '.join(OPERATORS[nm].options) or '-'}" for nm in names))

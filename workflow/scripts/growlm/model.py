@@ -2,7 +2,9 @@
 
 All models of one experiment share the tokenizer (so the vocabulary), the context length and the
 head size; they differ in width `n_embd` and depth `n_layer`. Defaults follow what is fast on a
-CPU: `gelu` (not `gelu_new`), no dropout, SDPA attention.
+CPU: `gelu` (not `gelu_new`), no dropout, SDPA attention. `enable_recompute` switches on activation
+recomputation for some blocks (the memory plan's choice); `LogitEnsemble` is the members' untrained
+logit average, the control that tells what the members know before any growth.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError
+from growlm.shape import ModelShape
+from growlm.tokenizer import copy_tokenizer
 
 
 def gpt2_config(
@@ -56,6 +61,13 @@ def gpt2_config(
     return config
 
 
+def gpt2_config_of(shape: ModelShape) -> GPT2Config:
+    """The GPT2Config of a `ModelShape` (growlm's other defaults: gelu, no dropout, SDPA)."""
+    return gpt2_config(n_embd=shape.n_embd, n_layer=shape.n_layer, vocab_size=shape.vocab_size,
+                       n_positions=shape.n_positions, n_head=shape.n_head,
+                       tie_word_embeddings=shape.tie_word_embeddings)
+
+
 def build_model(seed: int = 0, **config_kwargs) -> GPT2LMHeadModel:
     """A freshly initialised GPT2LMHeadModel; the same seed gives the same weights."""
     config = gpt2_config(**config_kwargs)
@@ -83,9 +95,7 @@ def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: st
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     if tokenizer_dir is not None:
-        from growlm.tokenizer import load_tokenizer
-
-        load_tokenizer(tokenizer_dir).save_pretrained(out_dir)
+        copy_tokenizer(tokenizer_dir, out_dir)
     if extra:
         (out_dir / "growlm.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
 
@@ -104,6 +114,27 @@ def load_model(model_dir: str | Path) -> GPT2LMHeadModel:
     return model
 
 
+def enable_recompute(model: torch.nn.Module, every: int = 1) -> None:
+    """Activation recomputation (non-reentrant checkpointing) on blocks 0, k, 2k, ... (k = `every`;
+    1: all, 0: none): those blocks keep only their input and recompute the rest in the backward.
+
+    HF GPT-2 blocks are `GradientCheckpointingLayer`s with a `gradient_checkpointing` flag each;
+    enabling it on the model sets them all, after which the blocks not chosen are switched off."""
+    core = getattr(model, "module", model)
+    if every <= 0:
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(core, "activation_checkpointing_enable"):
+        core.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        core.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    blocks = getattr(getattr(core, "transformer", None), "h", None)
+    if blocks is not None and every > 1:
+        for i, block in enumerate(blocks):
+            if hasattr(block, "gradient_checkpointing"):
+                block.gradient_checkpointing = i % every == 0
+
+
 class LogitEnsemble(torch.nn.Module):
     """The untrained control: the average of the members' logits (a product of experts)."""
 
@@ -113,7 +144,5 @@ class LogitEnsemble(torch.nn.Module):
         self.config = members[0].config
 
     def forward(self, input_ids: torch.Tensor, **kwargs):
-        from transformers.modeling_outputs import CausalLMOutput
-
         logits = torch.stack([m(input_ids=input_ids).logits for m in self.members]).mean(0)
         return CausalLMOutput(logits=logits)

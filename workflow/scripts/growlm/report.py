@@ -194,14 +194,14 @@ def profile_html(summary_files: list[str], curves_csv, out_html) -> None:
 
 
 def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
-    """The memory plan every training job ran with (growlm.plan), one row per job."""
+    """The memory plan every training job ran with (growlm.memory), one row per job."""
     rows = []
     for f in plan_files:
         plan = json.loads(Path(f).read_text())
         rows.append({"job": str(Path(f).parent).replace("results/models/", ""),
                      "strategy": plan["strategy"], "devices": plan["n_devices"], "device": plan["device_type"],
                      "global batch": plan["global_batch"], "micro-batch": plan["micro_batch_size"],
-                     "accumulation": plan["grad_accum_steps"], "checkpointing": plan["checkpointing"],
+                     "accumulation": plan["grad_accum_steps"], "recomputation": plan["recompute"],
                      "precision": plan["precision"], "source": plan["source"],
                      "estimated peak MiB": plan["estimated_peak_bytes"] / 2**20,
                      "budget MiB": plan["budget_bytes"] / 2**20,

@@ -21,77 +21,30 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.distributed as dist
 
 from growlm import checkpoint
-from growlm.data import BatchSampler, eval_batches
+from growlm.data import BatchSampler
+from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
 from growlm.flops import model_train_flops_per_token
-from growlm.phases import phase
+from growlm.loss import evaluate, lm_loss
+from growlm.model import enable_recompute
+from growlm.optim_state import apply_moments, save_moments
+from growlm.profiling.ranges import phase, session_from_env
+from growlm.train_config import TrainConfig
 
 LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "lr", "train_loss", "val_loss",
                   "peak_mem_mb", "kind"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
-# TrainConfig fields that do not change what is computed (how, where, and the memory plan's choices,
-# which a re-planned run changes before resuming): left out of the run's checkpoint fingerprint
-RUN_ID_EXCLUDES = ("device", "micro_batch_size", "gradient_checkpointing", "compile", "peak_flops", "extra",
-                   "save_moments")
-
-
-@dataclass
-class TrainConfig:
-    tokens: int  # budget: training tokens for this job
-    batch_size: int = 16
-    context: int = 64
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_interval: int = 50
-    eval_tokens: int = 16384
-    checkpoint_every: int = 100
-    dense_log_steps: int = 0
-    seed: int = 0
-    device: str = "cpu"
-    micro_batch_size: int | None = None  # gradient accumulation: the global batch stays batch_size
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass
-    compile: bool = False  # torch.compile the model for the training steps (evaluation stays eager)
-    peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
-    init_moments: str | None = None  # AdamW moments to start from (growlm.growth.moments, carry-over)
-    save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def steps(self) -> int:
-        return max(1, self.tokens // (self.batch_size * self.context))
-
-    def validate(self) -> None:
-        if self.tokens < self.batch_size * self.context:
-            raise GrowlmError(f"token budget {self.tokens} is smaller than one batch "
-                              f"({self.batch_size} x {self.context})")
-        if self.lr <= 0:
-            raise GrowlmError(f"learning rate must be positive, got {self.lr}")
-        world = _world()[1]
-        if self.batch_size % world:
-            raise GrowlmError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
-        mb = self.micro_batch_size or self.batch_size // world
-        if (self.batch_size // world) % mb:
-            raise GrowlmError(f"micro_batch_size {mb} does not divide the per-process batch "
-                              f"{self.batch_size // world}")
 
 
 def _world() -> tuple[int, int]:
     """(rank, world size) under torch.distributed (torchrun), else (0, 1)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -121,94 +74,6 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     # than the per-tensor loop for the many small tensors of these models
     fused = torch.device(cfg.device).type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
-
-
-class _FusedHeadCrossEntropy(torch.autograd.Function):
-    """Mean cross entropy of `h @ w.T` against `y`, in row chunks, never holding all the logits.
-
-    The forward pass computes each chunk's logits, its loss and, at once, its gradients (softmax
-    minus one-hot) with respect to `h` and `w`; the backward pass only scales them. One exp per
-    logit instead of log_softmax's two passes plus its backward, no N x V logits, log-probabilities
-    or zero-filled gradient: on a CPU this halves the cost of the head and loss. Deterministic (a
-    fixed chunk order), so resumed runs stay bitwise identical.
-    """
-
-    @staticmethod
-    def forward(ctx, h, w, y, chunk: int):
-        n = h.shape[0]
-        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_h = torch.empty_like(h) if want_h else None
-        grad_w = torch.zeros_like(w) if want_w else None
-        total = h.new_zeros((), dtype=torch.float32)
-        for i in range(0, n, chunk):
-            hc, yc = h[i:i + chunk], y[i:i + chunk, None]
-            logits = hc @ w.t()
-            target = logits.gather(1, yc)
-            top = logits.amax(1, keepdim=True)
-            logits.sub_(top).exp_()
-            sums = logits.sum(1, keepdim=True)
-            total += (sums.log() + top - target).sum()
-            if want_h or want_w:
-                logits.mul_(1.0 / (n * sums))  # softmax / n
-                logits.scatter_add_(1, yc, logits.new_full(yc.shape, -1.0 / n))
-                if want_h:
-                    torch.mm(logits, w, out=grad_h[i:i + chunk])
-                if want_w:
-                    grad_w.addmm_(logits.t(), hc)
-        ctx.save_for_backward(grad_h, grad_w)
-        return total / n
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        grad_h, grad_w = ctx.saved_tensors
-        return (None if grad_h is None else grad_h * grad_out, None if grad_w is None else grad_w * grad_out,
-                None, None)
-
-
-def _fused_loss_applies(model: torch.nn.Module, x: torch.Tensor) -> bool:
-    """A plain GPT2LMHeadModel (not DDP/FSDP/compiled/grown) in fp32 on the CPU, no autocast."""
-    from transformers import GPT2LMHeadModel
-
-    return (type(model) is GPT2LMHeadModel and x.device.type == "cpu" and model.lm_head.bias is None
-            and model.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
-
-
-def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
-            logits: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Mean next-token cross entropy and the logits.
-
-    With `logits=False` (the training loop) the logits are not returned (None), which lets a plain
-    GPT2LMHeadModel on the CPU compute the head and the loss together (`_FusedHeadCrossEntropy`).
-    """
-    if not logits and _fused_loss_applies(model, x):
-        h = model.transformer(input_ids=x).last_hidden_state
-        h = h.reshape(-1, h.size(-1))
-        chunk = max(64, (1 << 20) // model.lm_head.weight.shape[0])  # ~4 MB of logits per chunk
-        return _FusedHeadCrossEntropy.apply(h, model.lm_head.weight, y.reshape(-1), chunk), None
-    out = model(input_ids=x).logits
-    # under CUDA autocast cross_entropy runs in fp32 anyway; on the CPU the logits are fp32 already
-    loss = F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1))
-    return loss, out
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_size: int = 16,
-             max_tokens: int | None = None, device: str = "cpu") -> dict:
-    """Held-out loss (nats/token), perplexity and next-token accuracy over non-overlapping windows."""
-    was_training = model.training
-    model.eval()
-    total_loss, total_correct, total = 0.0, 0, 0
-    for x, y in eval_batches(tokens, batch_size=batch_size, context=context, max_tokens=max_tokens):
-        x, y = x.to(device), y.to(device)
-        logits = model(input_ids=x).logits.float()
-        total_loss += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
-                                      reduction="sum").item()
-        total_correct += (logits.argmax(-1) == y).sum().item()
-        total += y.numel()
-    model.train(was_training)
-    loss = total_loss / total
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": total_correct / total,
-            "tokens": total}
 
 
 def peak_memory_mb(device: str) -> float:
@@ -242,8 +107,6 @@ class _StopRequest:
 
 def _gpu_settings(cfg: TrainConfig, use_bf16: bool) -> dict:
     """On CUDA: TF32 for what runs in fp32 outside autocast; returns what was chosen ({} on a CPU)."""
-    from growlm.devices import device_name, peak_flops
-
     if torch.device(cfg.device).type != "cuda":
         return {}
     torch.set_float32_matmul_precision("high")  # TF32 matmuls
@@ -278,18 +141,16 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
 
     Resumes from the newest whole checkpoint in `ckpt_dir` if there is one.
     """
-    cfg.validate()
-    device = cfg.device
     rank, world = _world()
+    cfg.validate(world)
+    device = cfg.device
     if not getattr(model, "_growlm_cpu_offload", False):  # FSDP2 + CPU offload keeps its shards on the CPU
         model.to(device)
     model.train()
     core = getattr(model, "module", model)  # unwrap DDP
     config = core.config
-    if cfg.gradient_checkpointing and hasattr(core, "gradient_checkpointing_enable"):
-        from growlm.plan import enable_checkpointing  # every k-th block if a memory plan says so
-
-        enable_checkpointing(core, every=int(cfg.extra.get("checkpoint_every", 1)))
+    if cfg.recompute_every and hasattr(core, "gradient_checkpointing_enable"):
+        enable_recompute(core, every=cfg.recompute_every)  # every k-th block, as the memory plan says
     local_batch = cfg.batch_size // world
     micro = cfg.micro_batch_size or local_batch
     flops_per_token = model_train_flops_per_token(config, cfg.context)
@@ -304,13 +165,11 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
 
     # a checkpoint resumes only this run: same settings (the memory plan aside) and initial weights
-    run_id = checkpoint.fingerprint(model, {k: v for k, v in asdict(cfg).items() if k not in RUN_ID_EXCLUDES})
+    run_id = checkpoint.fingerprint(model, cfg.run_settings())
     state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, fingerprint=run_id)
     if state is None:
         state = {"step": 0, "wall_s": 0.0, "rows": []}
         if cfg.init_moments:
-            from growlm.growth.moments import apply_moments
-
             n = apply_moments(model, optimizer, cfg.init_moments)
             log(f"AdamW starts from carried-over moments for {n} parameters ({cfg.init_moments})")
     rows: list[dict] = state["rows"]
@@ -340,9 +199,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
         log(f"step 0/{cfg.steps}: val_loss {row['val_loss']:.4f}")
 
     running, step = None, start_step
-    from growlm.profile import session_from_env
-
-    # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profile.profile_run)
+    # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profiling.driver.profile_run)
     profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
     with _StopRequest() as stop, profiler_ctx:
         for step in range(start_step, cfg.steps):
@@ -370,7 +227,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             stopping = stop.signal is not None
             if world > 1:  # the mean loss, and one decision on a stop request for all ranks
                 t = torch.tensor([loss_value, float(stopping)], device=device)
-                torch.distributed.all_reduce(t)
+                dist.all_reduce(t)
                 loss_value, stopping = t[0].item() / world, t[1].item() > 0
             if not math.isfinite(loss_value):
                 _write_ledger(ledger_path, rows)
@@ -406,16 +263,12 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 sys.exit(PREEMPTED_EXIT)
     _write_ledger(ledger_path, rows)
     if cfg.save_moments and rank == 0:
-        from growlm.growth.moments import save_moments
-
         save_moments(cfg.save_moments, model, optimizer)
     final = rows[-1]
-    from growlm.devices import mfu
-
     achieved = steps_timed * tokens_per_step * flops_per_token / step_s if step_s > 0 else None
     if gpu_settings:  # model FLOPs per second of training steps over the device's bf16 peak
         gpu_settings["mfu"] = mfu(achieved or 0.0, gpu_settings["peak_flops"])
     return {"steps": cfg.steps, "tokens": cfg.steps * tokens_per_step,
             "flops": cfg.steps * tokens_per_step * flops_per_token, "wall_s": wall(),
             "final_val_loss": final["val_loss"], "flops_per_token": flops_per_token,
-            "model_flops_per_s": achieved, "gpu_settings": gpu_settings, "config": asdict(cfg)}
+            "model_flops_per_s": achieved, "gpu_settings": gpu_settings, "config": cfg.to_dict()}

@@ -17,18 +17,13 @@ tied unembedding (= wte, a writer) gets no noise.
 from __future__ import annotations
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, WidthEngine, check_heads, generator, operator, pack,
-                                  single_tile_plan, target_config, unpack)
+from growlm.growth.common import WidthEngine, generator, pack, single_tile_plan, target_config, unpack
+from growlm.growth.registry import implements
+from growlm.methods import OPERATORS
+from growlm.shape import ModelShape
 
 
-def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    if n_embd % s.d:
-        raise GrowlmError(f"hyperclone needs the width {n_embd} to be a multiple of the source width {s.d} "
-                          f"(k = d1/d0 must be an integer); use 'lemon' for other widths")
-    check_heads(s, n_embd, n_head, "hyperclone")
-
-
-@operator("hyperclone", kind="width", exact=True, axis="width", check=_check)
+@implements("hyperclone")
 def hyperclone(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
                noise: float = 0.0):
     """Exact width cloning by k = d1/d0 (HyperCloning). Uses the first member.
@@ -39,8 +34,8 @@ def hyperclone(models, *, n_embd: int, n_layer: int, n_head: int | None = None, 
     if noise < 0:
         raise GrowlmError(f"hyperclone: noise must be >= 0, not {noise}")
     src = models[0]
-    s = Shape.of(src)
-    _check(s, 1, n_embd, n_layer, n_head)
+    s = ModelShape.of(src)
+    OPERATORS["hyperclone"].check(s, 1, n_embd, n_layer, n_head)
     k = n_embd // s.d
     plan = single_tile_plan(s.d, s.h, s.f, n_embd, s.h * k, s.f * k)
     W = WidthEngine([unpack(src)], s, plan, gen=generator(seed), noise=float(noise), noise_mode="pairs").grow()

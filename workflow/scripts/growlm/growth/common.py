@@ -9,8 +9,8 @@ Weights of a `GPT2LMHeadModel` are handled as a dict (`unpack` / `pack`)::
 Matrices keep HF's Conv1D orientation (in, out): y = x @ W + b. `q_w`, `k_w`, `v_w` are the three
 (d, d) parts of the fused `c_attn`; output channel h*dh + e of q/k/v is channel e of head h.
 
-The width engine (`expand_width`) implements the residual-lift algebra of
-/work/shared/notes/growth-operators.md §1 for n members at once. A `WidthPlan` says, for every new
+The width engine (`WidthEngine`) implements the residual-lift algebra of width growth for n members
+at once. A `WidthPlan` says, for every new
 residual coordinate, attention head and MLP unit, which member and which source unit it copies
 (or, for a residual coordinate, `-1` = LEMON "mean" residue coordinate). Then:
 
@@ -38,33 +38,15 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
+from growlm.shape import ModelShape
 
 BLOCK_KEYS = ("ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b",
               "ln2_w", "ln2_b", "fc_w", "fc_b", "pr_w", "pr_b")
 
 
 # ----------------------------------------------------------------------------------------------
-# shapes and configs
+# configs
 # ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Shape:
-    d: int  # residual width
-    L: int  # blocks
-    h: int  # heads
-    dh: int  # head size
-    f: int  # MLP hidden
-    V: int
-    T: int
-    tied: bool
-
-    @staticmethod
-    def of(model) -> "Shape":
-        c = model.config
-        return Shape(d=c.n_embd, L=c.n_layer, h=c.n_head, dh=c.n_embd // c.n_head,
-                     f=c.n_inner if c.n_inner is not None else 4 * c.n_embd, V=c.vocab_size,
-                     T=c.n_positions, tied=bool(getattr(c, "tie_word_embeddings", True)))
-
 
 def mlp_width(config: GPT2Config, n_embd: int) -> int | None:
     """`n_inner` of the grown config: None (= 4 d) if the source uses the default, else scaled."""
@@ -164,10 +146,6 @@ def pack(W: dict, config: GPT2Config) -> GPT2LMHeadModel:
         config = GPT2Config(**{**config.to_dict(), "tie_word_embeddings": False})
         config._attn_implementation = "sdpa"
     return load_into(empty_model(config), state_dict_of(W))
-
-
-def clone_model(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
-    return pack(unpack(model), model.config)
 
 
 def with_blocks(W: dict, blocks: list[dict]) -> dict:
@@ -295,7 +273,7 @@ def copy_noise(ax: _Axis, cols: int, std: float, mode: str, gen: torch.Generator
 class WidthEngine:
     """Applies a `WidthPlan` to the stacked weights of n members of one shape."""
 
-    def __init__(self, members_W: list[dict], shape: Shape, plan: WidthPlan, *, gen: torch.Generator,
+    def __init__(self, members_W: list[dict], shape: ModelShape, plan: WidthPlan, *, gen: torch.Generator,
                  noise: float = 0.0, noise_mode: str = "pairs", residue_std: float = 0.0):
         self.Ws, self.s, self.plan, self.gen = members_W, shape, plan, gen
         self.noise, self.noise_mode, self.residue_std = noise, noise_mode, residue_std
@@ -467,50 +445,3 @@ def generator(seed: int) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(int(seed))
     return g
-
-
-def check_heads(shape: Shape, n_embd: int, n_head: int | None, what: str) -> int:
-    """Head count of the grown model when the head size is kept (heads are copied whole)."""
-    if n_embd % shape.dh:
-        raise GrowlmError(f"{what}: width {n_embd} is not a multiple of the head size {shape.dh} "
-                          f"(heads are copied whole, so the head size is kept)")
-    h1 = n_embd // shape.dh
-    if n_head is not None and n_head != h1:
-        raise GrowlmError(f"{what}: n_head={n_head} would change the head size {shape.dh}; "
-                          f"this operator keeps it (n_head={h1} for width {n_embd})")
-    return h1
-
-
-# ----------------------------------------------------------------------------------------------
-# operator metadata (beyond the registry's): which axis an operator grows, its checks, options
-# ----------------------------------------------------------------------------------------------
-
-@dataclass
-class OpInfo:
-    axis: str  # "width", "depth" or "both"
-    check: object  # check(shape, n, n_embd, n_layer, n_head) -> None, raises GrowlmError
-    natural: object  # natural(shape, n) -> (n_embd, n_layer) of a combining operator, else None
-    absorbs: tuple  # operator names that, following this one in a chain, are fused into it
-    options: dict  # option name -> default
-
-
-INFO: dict[str, OpInfo] = {}
-_RESERVED = {"n_embd", "n_layer", "n_head", "seed", "absorbed"}
-
-
-def operator(name: str, *, kind: str, exact: bool, axis: str, multi: bool = False, check=None,
-             natural=None, absorbs: tuple = ()):
-    """`registry.register` plus the metadata `grow()` uses to plan and validate chains."""
-    import inspect
-
-    from growlm.growth.registry import register
-
-    def wrap(fn):
-        register(name, kind=kind, exact=exact, multi=multi)(fn)
-        sig = inspect.signature(fn)
-        options = {p.name: p.default for p in sig.parameters.values()
-                   if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _RESERVED}
-        INFO[name] = OpInfo(axis, check, natural, tuple(absorbs), options)
-        return fn
-
-    return wrap

@@ -32,26 +32,14 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, WidthEngine, check_heads, generator, mlp_width, operator, pack,
-                                  target_config, tile_plan, unpack)
+from growlm.growth.common import WidthEngine, generator, mlp_width, pack, target_config, tile_plan, unpack
 from growlm.growth.masked import GrownGPT2
+from growlm.growth.registry import implements
+from growlm.methods import OPERATORS
+from growlm.shape import ModelShape
 
 
-def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    check_heads(s, n_embd, n_head, "concat")
-    if n_embd < n * s.d:
-        raise GrowlmError(f"concat of {n} members of width {s.d} needs width >= {n * s.d}, not {n_embd}")
-
-
-def _check_exact_width(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None, absorbed=()) -> None:
-    _check(s, n, n_embd, n_layer, n_head)
-    if n_embd != n * s.d and "lemon" not in absorbed:
-        raise GrowlmError(f"concat puts {n} members of width {s.d} side by side (width {n * s.d}), but width "
-                          f"{n_embd} was asked; for other widths use the chain ['concat', 'lemon']")
-
-
-@operator("concat", kind="combine", exact=True, axis="width", multi=True, check=_check_exact_width,
-          natural=lambda s, n: (n * s.d, s.L), absorbs=("lemon",))
+@implements("concat")
 def concat(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
            cross: str = "zero", cross_std: float | None = None, ramp_steps: int = 100,
            ln_ramp_steps: int = 100, noise: float = 0.1, residue_std: float = 0.02, absorbed=()):
@@ -66,8 +54,8 @@ def concat(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed
     if ramp_steps < 0 or ln_ramp_steps < 0:
         raise GrowlmError("concat: ramp_steps and ln_ramp_steps must be >= 0")
     n = len(models)
-    s = Shape.of(models[0])
-    _check_exact_width(s, n, n_embd, n_layer, n_head, absorbed)
+    s = ModelShape.of(models[0])
+    OPERATORS["concat"].check(s, n, n_embd, n_layer, n_head, absorbed)
     h1 = n_embd // s.dh
     f1 = mlp_width(models[0].config, n_embd) or 4 * n_embd
     plan = tile_plan(n, s.d, s.h, s.f, n_embd, h1, f1)

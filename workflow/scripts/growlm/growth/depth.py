@@ -10,18 +10,10 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, insertion_plan, neighbour_of, operator, pack, target_config,
-                                  unpack, with_blocks)
-
-
-def _same_width(name: str):
-    def check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-        if n_embd != s.d:
-            raise GrowlmError(f"{name} keeps the width ({s.d}), but width {n_embd} was asked; "
-                              f"chain a width operator before it, e.g. ['hyperclone', '{name}']")
-        if n_head is not None and n_head != s.h:
-            raise GrowlmError(f"{name} keeps the heads ({s.h}), but n_head={n_head} was asked")
-    return check
+from growlm.growth.common import insertion_plan, neighbour_of, pack, target_config, unpack, with_blocks
+from growlm.growth.registry import implements
+from growlm.methods import OPERATORS
+from growlm.shape import ModelShape
 
 
 def _rebuild(model, blocks: list[dict], block_map: list[int | None]):
@@ -45,7 +37,7 @@ def _zero_writers(blk: dict) -> dict:
     return blk
 
 
-@operator("zero_block", kind="depth", exact=True, axis="depth", check=_same_width("zero_block"))
+@implements("zero_block")
 def zero_block(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
                position: str = "interleave"):
     """Exact depth growth: insert L1-L0 blocks whose writers (attn c_proj, mlp c_proj, with biases) are 0.
@@ -56,8 +48,8 @@ def zero_block(models, *, n_embd: int, n_layer: int, n_head: int | None = None, 
     block) or "top" (all after the last block).
     """
     model = models[0]
-    s = Shape.of(_core(model))
-    _same_width("zero_block")(s, 1, n_embd, n_layer, n_head)
+    s = ModelShape.of(_core(model))
+    OPERATORS["zero_block"].check(s, 1, n_embd, n_layer, n_head)
     plan = insertion_plan(s.L, n_layer, position)
     src = unpack(_core(model))["blocks"]
     nb = neighbour_of(plan)
@@ -65,42 +57,33 @@ def zero_block(models, *, n_embd: int, n_layer: int, n_head: int | None = None, 
     return _rebuild(model, blocks, plan)
 
 
-@operator("stack", kind="depth", exact=False, axis="depth", check=_same_width("stack"))
+@implements("stack")
 def stack(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0):
     """G_stack (Du et al. 2024): repeat the whole block list, target block i = source block i mod L0.
 
     Not function-preserving (each repeated pre-LN block adds its update again). Uses the first member.
     """
     model = models[0]
-    s = Shape.of(_core(model))
+    s = ModelShape.of(_core(model))
     src = unpack(_core(model))["blocks"]
     block_map = [i % s.L for i in range(n_layer)]
     return _rebuild(model, [src[j] for j in block_map], block_map)
 
 
-@operator("interleave", kind="depth", exact=False, axis="depth", check=_same_width("interleave"))
+@implements("interleave")
 def interleave(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0):
     """Duplicate blocks in place, 1,1,2,2,... (target block i = source block floor(i L0 / L1)).
 
     Not function-preserving. Uses the first member.
     """
     model = models[0]
-    s = Shape.of(_core(model))
+    s = ModelShape.of(_core(model))
     src = unpack(_core(model))["blocks"]
     block_map = [i * s.L // n_layer for i in range(n_layer)]
     return _rebuild(model, [src[j] for j in block_map], block_map)
 
 
-def _check_stack_members(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    _same_width("stack_members")(s, n, n_embd, n_layer, n_head)
-    if n_layer != n * s.L:
-        raise GrowlmError(f"stack_members puts the {n} members' {s.L} blocks one after another "
-                          f"(depth {n * s.L}), but depth {n_layer} was asked; chain a depth operator "
-                          f"after it, e.g. ['stack_members', 'zero_block']")
-
-
-@operator("stack_members", kind="combine", exact=False, axis="depth", multi=True,
-          check=_check_stack_members, natural=lambda s, n: (s.d, n * s.L))
+@implements("stack_members")
 def stack_members(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
                   embed: str = "mean"):
     """Depth combination of the n members at width d0: m_1's blocks, then m_2's, ..., then m_n's.
@@ -112,8 +95,8 @@ def stack_members(models, *, n_embd: int, n_layer: int, n_head: int | None = Non
     if embed not in ("mean", "first"):
         raise GrowlmError(f"stack_members: embed must be 'mean' or 'first', not {embed!r}")
     Ws = [unpack(m) for m in models]
-    s = Shape.of(models[0])
-    _check_stack_members(s, len(models), n_embd, n_layer, n_head)
+    s = ModelShape.of(models[0])
+    OPERATORS["stack_members"].check(s, len(models), n_embd, n_layer, n_head)
     out = dict(Ws[0])
     if embed == "mean":
         for k in ("wte", "wpe", "lnf_w", "lnf_b", "head"):

@@ -42,10 +42,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (BLOCK_KEYS, Shape, check_heads, empty_model, generator, load_into, mlp_width,
-                                  operator, target_config, tile_plan, unpack)
+from growlm.flops import train_flops_per_token
+from growlm.growth.common import (BLOCK_KEYS, empty_model, generator, load_into, mlp_width, target_config,
+                                  tile_plan, unpack)
+from growlm.growth.registry import implements
+from growlm.methods import check_heads
+from growlm.shape import ModelShape
 
 # (input-axis core, output-axis core) of every block weight; None = no input axis (a vector)
 _ROLES = {
@@ -67,7 +72,7 @@ class RingGrowth(nn.Module):
 
     def __init__(self, members, *, n_embd: int, n_layer: int, rank: int, init_noise: float, seed: int):
         super().__init__()
-        s = Shape.of(members[0])
+        s = ModelShape.of(members[0])
         self.s, self.n, self.R = s, len(members), int(rank)
         self.d1, self.L1 = n_embd, n_layer
         self.h1 = n_embd // s.dh
@@ -173,15 +178,9 @@ class RingGrowth(nn.Module):
         return sd
 
 
-def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    check_heads(s, n_embd, n_head, "learned growth")
-
-
 def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr, init_noise, device):
-    from growlm.flops import train_flops_per_token
-
-    s = Shape.of(models[0])
-    _check(s, len(models), n_embd, n_layer, n_head)
+    s = ModelShape.of(models[0])
+    check_heads(s, n_embd, n_head, "learned growth")
     if rank < 1:
         raise GrowlmError(f"rank must be >= 1, not {rank}")
     if steps < 0:
@@ -212,8 +211,6 @@ def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr,
         template.train()
         flops = 0
         if steps > 0:
-            from torch.utils.flop_counter import FlopCounterMode
-
             opt = torch.optim.AdamW(op.parameters(), lr=float(lr), weight_decay=0.0)
             with FlopCounterMode(display=False) as counter:
                 sd = op.materialise()
@@ -239,7 +236,7 @@ def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr,
     return model
 
 
-@operator("ligo", kind="both", exact=False, axis="both", multi=True, check=_check)
+@implements("ligo")
 def ligo(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, steps: int = 100,
          batches=None, lr: float = 1e-3, init_noise: float = 0.01, device: str | None = None):
     """LiGO: learned width maps and depth mixing (rank-1 ring), trained `steps` steps, then materialised.
@@ -252,7 +249,7 @@ def ligo(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: 
                     batches=batches, lr=lr, init_noise=init_noise, device=device)
 
 
-@operator("mango", kind="both", exact=False, axis="both", multi=True, check=_check)
+@implements("mango")
 def mango(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, rank: int = 2,
           steps: int = 100, batches=None, lr: float = 1e-3, init_noise: float = 0.01, device: str | None = None):
     """Mango: the multi-linear growth operator as a tensor ring of bond rank `rank` (rank 1 = LiGO).

@@ -23,17 +23,16 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, WidthEngine, check_heads, generator, insertion_plan, mlp_width,
-                                  operator, pack, target_config, tile_plan, unpack)
-
-
-def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    check_heads(s, n_embd, n_head, "lemon")
+from growlm.growth.common import (WidthEngine, generator, insertion_plan, mlp_width, pack, target_config,
+                                  tile_plan, unpack)
+from growlm.growth.registry import implements
+from growlm.methods import check_heads
+from growlm.shape import ModelShape
 
 
 def widen(model, n_embd: int, *, seed: int, noise: float, residue_std: float):
     """LEMON width expansion of one model (weights dict, config)."""
-    s = Shape.of(model)
+    s = ModelShape.of(model)
     h1 = check_heads(s, n_embd, None, "lemon")
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
     plan = tile_plan(1, s.d, s.h, s.f, n_embd, h1, f1)
@@ -62,7 +61,7 @@ def deepen_zero(blocks: list[dict], n_layer: int, position: str) -> list[dict]:
     return out
 
 
-@operator("lemon", kind="both", exact=True, axis="both", check=_check)
+@implements("lemon")
 def lemon(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
           noise: float = 0.1, residue_std: float = 0.02, position: str = "interleave"):
     """LEMON: exact width growth to any d1 (multiple of the head size) and zero-writer depth growth.
@@ -74,8 +73,8 @@ def lemon(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed:
     if noise < 0 or residue_std < 0:
         raise GrowlmError("lemon: noise and residue_std must be >= 0")
     src = models[0]
-    s = Shape.of(src)
-    _check(s, 1, n_embd, n_layer, n_head)
+    s = ModelShape.of(src)
+    check_heads(s, n_embd, n_head, "lemon")
     if position not in ("interleave", "top"):
         raise GrowlmError(f"lemon: position must be 'interleave' or 'top', not {position!r}")
     W, config = widen(src, n_embd, seed=seed, noise=float(noise), residue_std=float(residue_std))

@@ -19,13 +19,11 @@ import math
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, check_heads, generator, insertion_plan, mlp_width, operator, pack,
-                                  target_config, unpack)
+from growlm.growth.common import generator, insertion_plan, mlp_width, pack, target_config, unpack
 from growlm.growth.masked import GrownGPT2
-
-
-def _check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-    check_heads(s, n_embd, n_head, "msg")
+from growlm.growth.registry import implements
+from growlm.methods import check_heads
+from growlm.shape import ModelShape
 
 
 def _embed(big: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -34,7 +32,7 @@ def _embed(big: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     return big
 
 
-@operator("msg", kind="both", exact=True, axis="both", check=_check)
+@implements("msg")
 def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
         ramp_steps: int = 100, position: str = "interleave", init_std: float | None = None):
     """Masked structural growth of width and depth; exact at step 0. Uses the first member.
@@ -46,7 +44,7 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     if ramp_steps < 0:
         raise GrowlmError("msg: ramp_steps must be >= 0")
     src = models[0]
-    s = Shape.of(src)
+    s = ModelShape.of(src)
     h1 = check_heads(s, n_embd, n_head, "msg")
     f1 = mlp_width(src.config, n_embd) or 4 * n_embd
     old = unpack(src)

@@ -24,14 +24,10 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (Shape, WidthEngine, WidthPlan, check_heads, generator, mlp_width, operator,
-                                  pack, target_config, unpack)
-
-
-def _check(name):
-    def check(s: Shape, n: int, n_embd: int, n_layer: int, n_head: int | None) -> None:
-        check_heads(s, n_embd, n_head, name)
-    return check
+from growlm.growth.common import WidthEngine, WidthPlan, generator, mlp_width, pack, target_config, unpack
+from growlm.growth.registry import implements
+from growlm.methods import check_heads
+from growlm.shape import ModelShape
 
 
 def _map(size0: int, size1: int, mapping: str, gen: torch.Generator) -> torch.Tensor:
@@ -43,7 +39,7 @@ def _map(size0: int, size1: int, mapping: str, gen: torch.Generator) -> torch.Te
 
 
 def _widen(model, n_embd: int, *, seed: int, noise: float, mapping: str, name: str):
-    s = Shape.of(model)
+    s = ModelShape.of(model)
     h1 = check_heads(s, n_embd, None, name)
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
     gen = generator(seed)
@@ -60,7 +56,7 @@ def _stack_blocks(blocks: list[dict], n_layer: int) -> list[dict]:
     return [blocks[i % len(blocks)] for i in range(n_layer)]
 
 
-@operator("net2net", kind="width", exact=False, axis="width", check=_check("net2net"))
+@implements("net2net")
 def net2net(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
             noise: float = 0.0, mapping: str = "random"):
     """Net2WiderNet on residual coordinates, heads and MLP units. Uses the first member.
@@ -72,7 +68,7 @@ def net2net(models, *, n_embd: int, n_layer: int, n_head: int | None = None, see
     return pack(W, config)
 
 
-@operator("fpi", kind="both", exact=False, axis="both", check=_check("fpi"))
+@implements("fpi")
 def fpi(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
         noise: float = 0.0, mapping: str = "random"):
     """bert2BERT function-preserving initialisation: Net2Net width, then stacking (123123) for depth.
@@ -84,7 +80,7 @@ def fpi(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     return pack(W, target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=config.n_head, n_inner=config.n_inner))
 
 
-@operator("aki", kind="both", exact=False, axis="both", check=_check("aki"))
+@implements("aki")
 def aki(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
         noise: float = 0.0, mapping: str = "random"):
     """bert2BERT advanced knowledge initialisation: FPI, but new output units of layer l come from

@@ -1,41 +1,81 @@
-"""The registry of growth operators: each is a function registered under a name.
+"""The implementations of the growth operators, each registered under the name of its description.
 
-An operator has the signature::
+An operator is a function::
 
     op(models: list[nn.Module], *, n_embd: int, n_layer: int, n_head: int | None,
        seed: int, **options) -> nn.Module
 
 `models` is a list of models of one shape (the n members, or the single output of the previous
-operator of a chain). An operator that consumes several members returns one model; a single-source
-operator given several members uses the first (and says so in its docstring). Operators that only
-change width must keep the depth, and vice versa; `grow()` chains them.
+operator of a chain). An operator that combines members returns one model; a single-source operator
+given several members uses the first. Operators that only change width keep the depth, and vice
+versa; `growlm.growth.grow` chains them.
+
+What an operator *is* (what it grows, whether it is exact, its options and constraints) is described
+once, torch-free, in `growlm.methods.OPERATORS`. `implements(name)` registers a function as that
+description's implementation and checks that its keyword options and defaults are the description's.
+`register_operator(...)` does both at once, for operators defined outside growlm (`grow.plugins`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import inspect
+from pathlib import Path
 from typing import Callable
 
-OPERATORS: dict[str, "Operator"] = {}
+from growlm.errors import GrowlmError
+from growlm.methods import OPERATORS, OperatorSpec, register_spec
+
+IMPLEMENTATIONS: dict[str, Callable] = {}
+RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
 
 
-@dataclass(frozen=True)
-class Operator:
-    name: str
-    fn: Callable
-    kind: str  # "width", "depth", "both", "combine"
-    exact: bool  # function-preserving at step 0
-    multi: bool  # uses all n members (not only the first)
-    doc: str = field(default="")
+def signature_options(fn: Callable) -> dict:
+    """The keyword-only options of an operator function, with their defaults."""
+    out = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in RESERVED:
+            out[p.name] = None if p.default is inspect.Parameter.empty else p.default
+    return out
 
 
-def register(name: str, *, kind: str, exact: bool, multi: bool = False):
-    """Decorator: register `fn` as growth operator `name`."""
+def implements(name: str) -> Callable:
+    """Decorator: register `fn` as the implementation of the operator described as `name`."""
 
-    def wrap(fn):
-        if name in OPERATORS:
-            raise ValueError(f"growth operator {name!r} registered twice")
-        OPERATORS[name] = Operator(name, fn, kind, exact, multi, (fn.__doc__ or "").strip())
+    def wrap(fn: Callable) -> Callable:
+        spec = OPERATORS.get(name)
+        if spec is None:
+            raise GrowlmError(f"{fn.__module__}.{fn.__name__} implements {name!r}, which growlm.methods does not "
+                              f"describe")
+        options = signature_options(fn)
+        if options != spec.options:
+            raise GrowlmError(f"growth operator {name!r}: the implementation's options {options} differ from its "
+                              f"description {spec.options}")
+        if name in IMPLEMENTATIONS:
+            raise GrowlmError(f"growth operator {name!r} is implemented twice")
+        IMPLEMENTATIONS[name] = fn
         return fn
+
+    return wrap
+
+
+def register_operator(name: str, *, axis: str, exact: bool, multi: bool = False, learned: bool = False,
+                      ramps: tuple[str, ...] = (), check: Callable | None = None,
+                      natural: Callable | None = None, absorbs: tuple[str, ...] = ()) -> Callable:
+    """Decorator: describe and implement a growth operator in one go (for your own operators).
+
+    `axis` ("width", "depth" or "both") says what it grows; `exact` whether the grown model computes
+    exactly what m_1 computed (for a multi-member operator: the members' logit average) before any
+    training, which the plugin check verifies; `multi` whether it combines all n members (else it gets
+    m_1); `learned` whether its map is trained (then it is never given optimizer-state carry-over);
+    `ramps` options that are mask-ramp lengths in refinement steps. Keyword-only parameters of the
+    function (other than n_embd, n_layer, n_head, seed) are its options, set in `grow.options`."""
+
+    def wrap(fn: Callable) -> Callable:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        source = str(Path(inspect.getsourcefile(fn) or fn.__module__))
+        register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
+                                   options=signature_options(fn), check=check, natural=natural,
+                                   absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source))
+        return implements(name)(fn)
 
     return wrap

@@ -1,17 +1,16 @@
-"""Parsers: Nsight Systems / Nsight Compute CSV exports and torch.profiler exports -> tidy tables.
+"""Parsers: each profiler's export -> tidy frames with the same columns whatever the tool.
 
-Every table has a `profiler` column naming what made the data (nsys, ncu, torch-cuda, torch-cpu)
-and the same columns whatever the tool:
+Nsight Systems (`nsys stats --format csv` reports), Nsight Compute (`ncu --import --csv --page raw`)
+and torch.profiler (`torch_key_averages.csv`, the chrome trace) each become
 
-* phases  (`phases.csv`):  profiler, phase, calls, total_ms, mean_ms, share
-* kernels (`kernels.csv`): profiler, kernel, device, calls, total_ms, mean_ms, share
-* summary (`summary.csv`): profiler, requested_tool, device, gpu_busy_fraction, peak_memory_mb,
-  window_ms, window_steps, kernels_total_ms, notes
-* kernel_metrics (`ncu_metrics.csv`, ncu only): profiler, launch, kernel, duration_us,
-  sm_throughput_pct, achieved_occupancy_pct, dram_throughput_pct, tensor_core_pct
+* phases:  profiler, phase, calls, total_ms, mean_ms, share
+* kernels: profiler, kernel, device, calls, total_ms, mean_ms, share
+* kernel metrics (ncu only): profiler, launch, kernel, duration_us, sm_throughput_pct,
+  achieved_occupancy_pct, dram_throughput_pct, tensor_core_pct
 
-Column names of the exports differ between Nsight versions, so columns are matched by lower-cased
-substrings, and numbers may carry thousands separators or quotes.
+plus the GPU busy fraction where a trace allows it. Column names of the exports differ between
+Nsight versions, so columns are matched by lower-cased substrings, and numbers may carry thousands
+separators or quotes. `growlm.profiling.tables` assembles one profile folder's tables from these.
 """
 
 from __future__ import annotations
@@ -26,14 +25,14 @@ from pathlib import Path
 
 import pandas as pd
 
-PHASES = ("data", "forward", "backward", "optimizer", "eval", "grow")
+from growlm.profiling.ranges import PHASES
+
 # Why an nsys report may hold no growlm NVTX range (measured with Debian 12's Nsight Systems 2022.4.2).
 NVTX_TOO_NEW = ("(Nsight Systems 2022.4 ignores the ranges of the nvtx package from 0.2.12 on; growlm "
                 "pins 0.2.11: see README, Profiling)")
+
 PHASE_COLUMNS = ["profiler", "phase", "calls", "total_ms", "mean_ms", "share"]
 KERNEL_COLUMNS = ["profiler", "kernel", "device", "calls", "total_ms", "mean_ms", "share"]
-SUMMARY_COLUMNS = ["profiler", "requested_tool", "device", "gpu_busy_fraction", "peak_memory_mb",
-                   "window_ms", "window_steps", "kernels_total_ms", "notes"]
 METRIC_COLUMNS = ["profiler", "launch", "kernel", "duration_us", "sm_throughput_pct",
                   "achieved_occupancy_pct", "dram_throughput_pct", "tensor_core_pct"]
 
@@ -97,7 +96,7 @@ def phase_name(raw: str) -> str | None:
     return name if name in PHASES else None
 
 
-def _finish_phases(df: pd.DataFrame, profiler: str) -> pd.DataFrame:
+def finish_phases(df: pd.DataFrame, profiler: str) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
     df = df.groupby("phase", as_index=False).agg(calls=("calls", "sum"), total_ms=("total_ms", "sum"))
@@ -111,7 +110,7 @@ def _finish_phases(df: pd.DataFrame, profiler: str) -> pd.DataFrame:
     return df[PHASE_COLUMNS].reset_index(drop=True)
 
 
-def _finish_kernels(df: pd.DataFrame, profiler: str, device: str) -> pd.DataFrame:
+def finish_kernels(df: pd.DataFrame, profiler: str, device: str) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     df = df.groupby("kernel", as_index=False, sort=False).agg(calls=("calls", "sum"),
@@ -147,7 +146,7 @@ def nsys_phases(nvtx_sum_csv: str | Path, profiler: str = "nsys") -> pd.DataFram
     """phases from `nsys stats --report nvtx_sum --format csv` (ranges named like PHASES)."""
     df = read_csv_export(nvtx_sum_csv)
     if df.empty:
-        return _finish_phases(df, profiler)
+        return finish_phases(df, profiler)
     name_c = find_col(df, "range", "name")
     total_c = find_col(df, "total time", "total")
     calls_c = find_col(df, "instances", "count", "calls")
@@ -156,14 +155,14 @@ def nsys_phases(nvtx_sum_csv: str | Path, profiler: str = "nsys") -> pd.DataFram
     out = pd.DataFrame({"phase": df[name_c].map(phase_name),
                         "calls": to_num(df[calls_c]).fillna(0) if calls_c else 0,
                         "total_ms": to_num(df[total_c]) * _ms_factor(total_c)})
-    return _finish_phases(out.dropna(subset=["phase"]), profiler)
+    return finish_phases(out.dropna(subset=["phase"]), profiler)
 
 
 def nsys_kernels(kern_sum_csv: str | Path, profiler: str = "nsys") -> pd.DataFrame:
     """kernels from `nsys stats --report cuda_gpu_kern_sum --format csv`."""
     df = read_csv_export(kern_sum_csv)
     if df.empty:
-        return _finish_kernels(df, profiler, "gpu")
+        return finish_kernels(df, profiler, "gpu")
     name_c = find_col(df, "name", "kernel")
     total_c = find_col(df, "total time", "total")
     calls_c = find_col(df, "instances", "count", "calls")
@@ -172,7 +171,7 @@ def nsys_kernels(kern_sum_csv: str | Path, profiler: str = "nsys") -> pd.DataFra
     out = pd.DataFrame({"kernel": df[name_c].astype(str).str.strip(),
                         "calls": to_num(df[calls_c]).fillna(0) if calls_c else 0,
                         "total_ms": to_num(df[total_c]) * _ms_factor(total_c)})
-    return _finish_kernels(out, profiler, "gpu")
+    return finish_kernels(out, profiler, "gpu")
 
 
 def nsys_total_ms(sum_csv: str | Path) -> float:
@@ -297,7 +296,7 @@ def ncu_kernels(metrics: pd.DataFrame) -> pd.DataFrame:
     profiler = metrics["profiler"].iloc[0] if len(metrics) else "ncu"
     df = pd.DataFrame({"kernel": metrics["kernel"], "calls": 1,
                        "total_ms": metrics["duration_us"] / 1e3})
-    return _finish_kernels(df, profiler, "gpu")
+    return finish_kernels(df, profiler, "gpu")
 
 
 # -------------------------------------------------------------------------------------- torch
@@ -321,7 +320,7 @@ def torch_phases(key_avg_csv: str | Path, profiler: str) -> pd.DataFrame:
     cpu = df[~df.get("device_type", pd.Series("", index=df.index)).str.upper().str.contains("CUDA")]
     out = pd.DataFrame({"phase": cpu["name"].map(phase_name), "calls": cpu["count"],
                         "total_ms": cpu["cpu_time_total_us"] / 1e3})
-    return _finish_phases(out.dropna(subset=["phase"]), profiler)
+    return finish_phases(out.dropna(subset=["phase"]), profiler)
 
 
 def torch_kernels(key_avg_csv: str | Path, profiler: str) -> pd.DataFrame:
@@ -336,11 +335,11 @@ def torch_kernels(key_avg_csv: str | Path, profiler: str) -> pd.DataFrame:
     if profiler != "torch-cpu" and len(gpu):
         out = pd.DataFrame({"kernel": gpu["name"], "calls": gpu["count"],
                             "total_ms": gpu["self_device_time_total_us"] / 1e3})
-        return _finish_kernels(out, profiler, "gpu")
+        return finish_kernels(out, profiler, "gpu")
     cpu = df[df["self_cpu_time_total_us"].fillna(0) > 0]
     out = pd.DataFrame({"kernel": cpu["name"], "calls": cpu["count"],
                         "total_ms": cpu["self_cpu_time_total_us"] / 1e3})
-    return _finish_kernels(out, profiler, "cpu")
+    return finish_kernels(out, profiler, "cpu")
 
 
 def torch_trace_gpu_busy(trace_path: str | Path) -> tuple[float, float, float]:
@@ -369,118 +368,3 @@ def torch_trace_gpu_busy(trace_path: str | Path) -> tuple[float, float, float]:
     busy_ms = union_ms(clipped) / 1e3
     window_ms = (hi - lo) / 1e3
     return (busy_ms / window_ms if window_ms > 0 else math.nan), busy_ms, window_ms
-
-
-# ---------------------------------------------------------------------------------- all tables
-
-def _load_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except Exception:
-        return {}
-
-
-def detect_profiler(out_dir: Path) -> str | None:
-    """Which profiler made the data in out_dir: run.json's word, else guessed from the files."""
-    run = _load_json(out_dir / "run.json")
-    if run.get("profiler"):
-        return run["profiler"]
-    if (out_dir / "ncu_raw.csv").exists():
-        return "ncu"
-    if (out_dir / "nsys_nvtx_sum.csv").exists() or (out_dir / "nsys_cuda_gpu_kern_sum.csv").exists():
-        return "nsys"
-    if (out_dir / "torch_key_averages.csv").exists():
-        return _load_json(out_dir / "workload.json").get("mode") or "torch-cpu"
-    return None
-
-
-def build_tables(out_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """phases, kernels, summary (and kernel_metrics for ncu) DataFrames from the files in out_dir."""
-    out_dir = Path(out_dir)
-    run = _load_json(out_dir / "run.json")
-    work = _load_json(out_dir / "workload.json")
-    profiler = detect_profiler(out_dir)
-    notes = []
-    if run.get("fallback_reason"):
-        notes.append(f"fallback: {run['fallback_reason']}")
-    busy = window_ms = math.nan
-    metrics = None
-    if profiler == "nsys":
-        f = out_dir / "nsys_nvtx_sum.csv"
-        phases = nsys_phases(f) if f.exists() else _finish_phases(pd.DataFrame(), profiler)
-        if phases.empty:
-            notes.append(f"no growlm NVTX ranges in the nsys report {NVTX_TOO_NEW}")
-        f = out_dir / "nsys_cuda_gpu_kern_sum.csv"
-        kernels = nsys_kernels(f) if f.exists() else _finish_kernels(pd.DataFrame(), profiler, "gpu")
-        trace = out_dir / "nsys_cuda_gpu_trace.csv"
-        if work.get("cuda") is False:
-            notes.append("nsys without a GPU: NVTX ranges only (no kernels, no GPU busy fraction)")
-        elif trace.exists():
-            busy, _, window_ms = nsys_gpu_busy(trace, work.get("window_ms"))
-            notes.append("gpu_busy_fraction: union of kernel+memory intervals (cuda_gpu_trace) "
-                         "over the capture window")
-        elif work.get("window_ms"):
-            window_ms = work["window_ms"]
-            gpu_ms = sum(x for x in (kernels["total_ms"].sum(),
-                                     nsys_total_ms(out_dir / "nsys_cuda_gpu_mem_time_sum.csv")
-                                     if (out_dir / "nsys_cuda_gpu_mem_time_sum.csv").exists() else 0)
-                         if not math.isnan(x))
-            busy = min(1.0, gpu_ms / window_ms)
-            notes.append("gpu_busy_fraction: (kernel+memory time) / window, overlap not removed")
-        notes.append("phase times: NVTX ranges (host wall time)")
-    elif profiler == "ncu":
-        metrics = ncu_kernel_metrics(out_dir / "ncu_raw.csv")
-        phases = _finish_phases(pd.DataFrame(), profiler)
-        kernels = ncu_kernels(metrics)
-        notes.append(f"ncu: {len(metrics)} kernel launch(es) replayed one at a time; no phase "
-                     "times and no GPU busy fraction under ncu")
-    elif profiler in ("torch-cuda", "torch-cpu", "torch"):
-        ka = out_dir / "torch_key_averages.csv"
-        phases = torch_phases(ka, profiler)
-        kernels = torch_kernels(ka, profiler)
-        trace = out_dir / "torch_trace.json.gz"
-        if profiler == "torch-cuda" and trace.exists():
-            busy, _, window_ms = torch_trace_gpu_busy(trace)
-            notes.append("gpu_busy_fraction: union of GPU events over the ProfilerStep window "
-                         "(torch.profiler trace)")
-        notes.append("phase times: record_function ranges (host wall time)")
-        if kernels["device"].eq("cpu").any():
-            notes.append("kernels: CPU operators by self CPU time")
-    else:
-        raise ValueError(f"{out_dir}: no profile data (no run.json, nsys_*.csv, ncu_raw.csv or "
-                         "torch_key_averages.csv)")
-    if work.get("peak_memory_source"):
-        notes.append(f"peak memory: {work['peak_memory_source']}")
-    if isinstance(window_ms, float) and math.isnan(window_ms) and work.get("window_ms"):
-        window_ms = work["window_ms"]
-    summary = pd.DataFrame([{
-        "profiler": profiler,
-        "requested_tool": run.get("requested", profiler),
-        "device": work.get("device") or run.get("device") or ("gpu" if profiler in ("nsys", "ncu")
-                                                               else "cpu"),
-        "gpu_busy_fraction": None if busy is None or math.isnan(busy) else round(float(busy), 6),
-        "peak_memory_mb": work.get("peak_memory_mb"),
-        "window_ms": window_ms if window_ms == window_ms else None,
-        "window_steps": work.get("window_steps"),
-        "kernels_total_ms": float(kernels["total_ms"].sum()) if len(kernels) else 0.0,
-        "notes": "; ".join(notes),
-    }], columns=SUMMARY_COLUMNS)
-    tables = {"phases": phases, "kernels": kernels, "summary": summary}
-    if metrics is not None:
-        tables["kernel_metrics"] = metrics
-    return tables
-
-
-FILES = {"phases": "phases.csv", "kernels": "kernels.csv", "summary": "summary.csv",
-         "kernel_metrics": "ncu_metrics.csv"}
-
-
-def write_tables(out_dir: str | Path) -> list[Path]:
-    """Write phases.csv, kernels.csv, summary.csv (+ ncu_metrics.csv when ncu made the data)."""
-    out_dir = Path(out_dir)
-    written = []
-    for key, df in build_tables(out_dir).items():
-        path = out_dir / FILES[key]
-        df.to_csv(path, index=False)
-        written.append(path)
-    return written

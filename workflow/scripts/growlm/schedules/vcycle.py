@@ -1,6 +1,9 @@
-"""Multi-Level training framework operators (Zou et al., ICLR 2024): coalesce, decoalesce, interpolate.
+"""The Multi-Level V-cycle (Zou et al., ICLR 2024): a schedule that reuses no small model.
 
-These are functions for a V-cycle schedule (the schedule itself lives elsewhere):
+M_0's own initialisation is coalesced into a model `factor` times narrower and shallower, that
+model is trained on level 1 (its FLOPs are the growth cost; `growlm.jobs.grow.vcycle` runs it
+through the runner), de-coalesced back to M_0's shape and interpolated with the initialisation;
+the refinement trains on from there. The maps:
 
 * `coalesce(model, n_embd=, n_layer=)`: a smaller model. Width by an integer factor k = d / n_embd:
   the coordinate groups {j, j + d_s, j + 2 d_s, ...} (d_s = n_embd) are merged (Multi-Level pairs
@@ -25,7 +28,10 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import Shape, pack, state_dict_of, target_config, unpack
+from growlm.growth.clone import hyperclone
+from growlm.growth.common import pack, state_dict_of, target_config, unpack
+from growlm.growth.depth import interleave
+from growlm.shape import ModelShape
 
 __all__ = ["coalesce", "decoalesce", "interpolate"]
 
@@ -47,7 +53,7 @@ def _co_vec(v: torch.Tensor, k: int) -> torch.Tensor:
 
 def coalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHeadModel:
     """Merge neighbouring coordinate/head/unit groups and runs of blocks (see the module docstring)."""
-    s = Shape.of(model)
+    s = ModelShape.of(model)
     k = _factor(s.d, n_embd, "width")
     r = _factor(s.L, n_layer, "depth")
     if s.h % k:
@@ -75,10 +81,7 @@ def coalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHead
 
 def decoalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHeadModel:
     """Copy back up: tile the width (exact), repeat every block (see the module docstring)."""
-    from growlm.growth.clone import hyperclone
-    from growlm.growth.depth import interleave
-
-    s = Shape.of(model)
+    s = ModelShape.of(model)
     _factor(n_embd, s.d, "width")
     _factor(n_layer, s.L, "depth")
     wide = hyperclone([model], n_embd=n_embd, n_layer=s.L) if n_embd != s.d else model

@@ -30,7 +30,7 @@ from transformers import GPT2LMHeadModel
 from growlm.data import BatchSampler
 from growlm.errors import GrowlmError
 from growlm.flops import train_flops_per_token
-from growlm.train import lm_loss
+from growlm.loss import lm_loss
 
 
 def stage_widths(n_layer: int) -> list[int]:

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from growlm.errors import GrowlmError
-from growlm.experiment import is_single_member_control
+from growlm.methods import is_single_member_control, members_used
+from growlm.tokens import load_tokens
 
 
 def read_ledger(path: str | Path) -> pd.DataFrame:
@@ -124,8 +125,6 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
     grown_dir = Path(paths["grown"].format(**combo))
     growth = json.loads((grown_dir / "growth.json").read_text())
     # only the members the method used are its cost: a chain of single-source operators grows m_1 alone
-    from growlm.growth import members_used
-
     if growth.get("chain"):
         growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]
     small_flops = float(sum(m["flops"] for m in growth["members"]))
@@ -196,8 +195,6 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
                      unigram_test, vocab_size: int, lr_sweep_csv=None) -> pd.DataFrame:
-    from growlm.data import load_tokens
-
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
     m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
     if lr_sweep_csv is not None:

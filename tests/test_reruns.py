@@ -1,0 +1,170 @@
+"""What a rule declares is what its job reads: for every key of the config schema, changing it reruns
+exactly the jobs whose params hold it (or whose outputs it renames).
+
+The check builds the workflow's DAG with Snakemake's own API twice, for a base experiment and for the
+base with one key changed, and compares every job's params as Snakemake records them for its rerun
+trigger (`persistence._params`): a job reruns on a params change exactly when these differ, and runs
+anew when its outputs are new (a sweep value is in the path). The base holds one job of every kind
+(members on shards, msg, a combining chain, a learned operator, both schedules, profiling), so every
+key has its readers in it. The entry scripts pass nothing but their rule's params, inputs, outputs,
+wildcards, threads and resources to the library, so "params" is everything a job reads.
+`tests/test_workflow.py` shows on a finished run that Snakemake then really reruns these jobs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import yaml
+
+from conftest import REPO, TINY, copy_workflow
+
+BASE = """
+methods: [msg, [concat, lemon], ligo, vcycle, apollo]
+members: {data: shards, shards: 2}
+grow: {options: {ligo: {steps: 2}}}
+profile: {tools: [nsys, ncu]}
+vcycle: {tokens: 8000}
+apollo: {tokens: 8000}
+"""
+
+TRAINING = {"train_small", "train_baseline", "refine"}
+SMALL_PROFILE = {"train_small", "profile"}  # the profiled member reads the members' settings
+SWEEP_NEW = {"grow", "refine", "evaluate_model"}  # a new sweep value: new jobs (paths name the value)
+
+# key -> (the change, as a YAML overlay; rules whose params change; rules with new jobs)
+TABLE = {
+    "d0": ("d0: [8]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
+    "L0": ("L0: [2]\nL1: [2]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
+    "d1": ("d1: [48]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
+    "L1": ("L1: [3]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
+    "n": ("n: [1]", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
+    "n_members": ("n_members: 1", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
+    "seeds": ("seeds: [1]", {"compare", "profile"}, {"train_small", "train_baseline", "evaluate_ensemble",
+                                                     *SWEEP_NEW}),
+    "budgets": ("budgets: [20000]", {"compare", "grow"}, {"train_baseline", "refine", "evaluate_model"}),
+    "lrs": ("lrs: [0.002]", {"compare"}, {"train_baseline", "refine", "evaluate_model"}),
+    "methods": ("methods: [msg, [concat, lemon], ligo, vcycle, apollo, lemon]", {"compare"}, SWEEP_NEW),
+    "model.head_dim": ("model: {head_dim: 4}", {"train_small", "train_baseline", "grow", "profile"}, set()),
+    "model.context": ("model: {context: 16}", {*TRAINING, "fit_tokenizer", "grow", "evaluate_model",
+                                               "evaluate_ensemble", "profile"}, set()),
+    "model.tie_embeddings": ("model: {tie_embeddings: false}", {"train_small", "train_baseline", "grow", "profile"},
+                             set()),
+    "corpus.val_fraction": ("corpus: {val_fraction: 0.06}", {"clean_level"}, set()),
+    "corpus.test_fraction": ("corpus: {test_fraction: 0.06}", {"clean_level"}, set()),
+    "corpus.min_words": ("corpus: {min_words: 4}", {"clean_level"}, set()),
+    "corpus.max_words": ("corpus: {max_words: 50}", {"clean_level"}, set()),
+    "corpus.sources": ("corpus: {sources: [{name: pg14642_mcguffey_eclectic_primer, level: 0, bundled: "
+                       "pg14642_mcguffey_eclectic_primer.txt}, {name: pg68545_aldine_second_reader, level: 1, "
+                       "bundled: pg68545_aldine_second_reader.txt}]}", {"clean_level"}, set()),
+    "tokenizer.vocab_size": ("tokenizer: {vocab_size: 600}", {"fit_tokenizer", "compare"}, set()),
+    "tokenizer.min_frequency": ("tokenizer: {min_frequency: 3}", {"fit_tokenizer"}, set()),
+    "members.data": ("members: {data: seed}", {"train_small"}, set()),
+    "members.shards": ("members: {shards: 3}", {"train_small"}, set()),
+    "train.small.tokens": ("train: {small: {tokens: 14000}}", SMALL_PROFILE, set()),
+    "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
+    "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
+    "train.small.warmup_steps": ("train: {small: {warmup_steps: 4}}", SMALL_PROFILE, set()),
+    "train.large.tokens": ("train: {large: {tokens: 20000}}", {"compare", "grow", "profile"},
+                           {"train_baseline", "refine", "evaluate_model"}),
+    "train.large.lr": ("train: {large: {lr: 0.002}}", {"compare", "profile"},
+                       {"train_baseline", "refine", "evaluate_model"}),
+    "train.large.batch_size": ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow", "profile"},
+                               set()),
+    "train.large.warmup_steps": ("train: {large: {warmup_steps: 4}}", {"train_baseline", "grow", "profile"}, set()),
+    "train.refine.batch_size": ("train: {refine: {batch_size: 4}}", {"refine", "grow", "profile"}, set()),
+    "train.refine.warmup_steps": ("train: {refine: {warmup_steps: 2}}", {"refine", "profile"}, set()),
+    "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
+    "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
+    "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),
+    "train.eval_interval": ("train: {eval_interval: 10}", {*TRAINING, "grow", "profile"}, set()),
+    "train.eval_tokens": ("train: {eval_tokens: 1024}", {*TRAINING, "grow", "profile"}, set()),
+    "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
+    "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
+    "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
+    "controls.single_member": ("controls: {single_member: false}", {"compare"}, set()),  # controls removed
+    "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
+    "vcycle.factor": ("vcycle: {factor: 4}", {"grow"}, set()),
+    "vcycle.tokens": ("vcycle: {tokens: 9000}", {"grow"}, set()),
+    "vcycle.lr": ("vcycle: {lr: 0.001}", {"grow"}, set()),
+    "vcycle.alpha": ("vcycle: {alpha: 0.4}", {"grow"}, set()),
+    "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
+    "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
+    "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
+    "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow"}, set()),
+    "grow.optimizer_state": ("grow: {optimizer_state: carry}", {"grow"}, set()),
+    "profile.tools": ("profile: {tools: [nsys]}", set(), set()),  # ncu's jobs go, nsys's stay as they are
+    "profile.warmup_steps": ("profile: {warmup_steps: 2}", {"profile"}, set()),
+    "profile.steps": ("profile: {steps: 4}", {"profile"}, set()),
+    "profile.ncu_kernel_filter": ("profile: {ncu_kernel_filter: gemm}", {"profile"}, set()),
+    "profile.ncu_launch_count": ("profile: {ncu_launch_count: 5}", {"profile"}, set()),
+    "evaluate.test_tokens": ("evaluate: {test_tokens: 2048}", {"evaluate_model", "evaluate_ensemble"}, set()),
+    "resources.gpu": ("resources: {gpu: 1}", set(), set()),  # what the scheduler gives, not what is computed
+    "resources.cpus_per_gpu": ("resources: {cpus_per_gpu: 2}", set(), set()),
+    "resources.mem_mb": ("resources: {mem_mb: 2000}", set(), set()),
+    "resources.runtime": ("resources: {runtime: 30}", set(), set()),
+    "resources.memory_limit_gb": ("resources: {memory_limit_gb: 8}", {*TRAINING, "grow"}, set()),  # the plan
+}
+
+
+def schema_keys() -> set[str]:
+    """Every leaf key of the config schema (a train stage's keys counted per stage)."""
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    defs = schema["$defs"]
+
+    def walk(node, prefix):
+        for key, sub in node.get("properties", {}).items():
+            ref = sub.get("$ref", "").rpartition("/")[2]
+            if ref in ("train_stage", "refine_stage"):
+                yield from (f"{prefix}{key}.{k}" for k in defs[ref]["properties"])
+            elif "properties" in sub:
+                yield from walk(sub, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"
+
+    return set(walk(schema, ""))
+
+
+@pytest.fixture(scope="module")
+def dag_params(tmp_path_factory):
+    """A function: the params Snakemake records for each job, for the base with an overlay."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+
+    wd = copy_workflow(tmp_path_factory.mktemp("reruns") / "wf")
+    (wd / "base.yaml").write_text(BASE)
+
+    @functools.cache
+    def params(overlay: str = "") -> dict:
+        (wd / "change.yaml").write_text((overlay or "{}") + "\n")
+        files = [wd / "config" / "config.yaml", TINY, wd / "base.yaml", wd / "change.yaml"]
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(
+                configfiles=files), snakefile=wd / "workflow" / "Snakefile", workdir=wd)
+            wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
+            workflow = wf._workflow
+            return {(job.rule.name, tuple(sorted(map(str, job.output)))): workflow.persistence._params(job)
+                    for job in workflow.dag.jobs}
+
+    return params
+
+
+def test_the_table_covers_every_key_of_the_schema():
+    assert set(TABLE) == schema_keys(), set(TABLE) ^ schema_keys()
+
+
+def test_the_base_has_a_job_of_every_kind(dag_params):
+    rules = {rule for rule, _ in dag_params()}
+    assert {"train_small", "train_baseline", "grow", "refine", "evaluate_model", "evaluate_ensemble", "compare",
+            "profile", "fit_tokenizer", "clean_level"} <= rules
+
+
+@pytest.mark.parametrize("key", sorted(TABLE))
+def test_changing_a_key_reruns_exactly_its_readers(dag_params, key):
+    overlay, want_changed, want_new = TABLE[key]
+    base, new = dag_params(), dag_params(overlay)
+    changed = {rule for job, rule_params in new.items() if job in base and base[job] != rule_params
+               for rule in [job[0]]}
+    added = {job[0] for job in new if job not in base}
+    assert (changed, added) == (want_changed, want_new), key

@@ -1,0 +1,137 @@
+"""`grow()`: n trained members -> the initial weights of M'_1, through an operator or a chain.
+
+`method` is an operator name or a chain (list) of names, e.g. ["hyperclone", "zero_block"].
+`growlm.methods.plan_chain` orders and checks the chain (width operators first, then depth; each
+operator's own constraints); this module runs it with the registered implementations. A
+combining operator followed by another operator of the same axis stops at its natural size
+(`concat` at n*d0, `stack_members` at n*L0); ["concat", "lemon"] is fused (concat pads each member
+group LEMON-style to reach any width >= n*d0). A single-source operator before a combining one is
+applied to every member separately.
+
+Options are keyword arguments; each operator receives those its description declares, so a chain
+takes the union, and an option no operator of the chain declares is an error.
+
+Returned models are plain `GPT2LMHeadModel`s, except operators with growth masks (`msg`, `concat`
+with n > 1): these return a `GrownGPT2` whose forward(input_ids) gives `.logits`, whose
+`growth_step(step)` the training loop calls before every step (sets the ramps), with a `ramp_done`
+property and `to_gpt2()` (a plain GPT2LMHeadModel once the ramps are complete). `save_grown` and
+`load_grown` store either kind without pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import GPT2LMHeadModel
+
+from growlm.errors import GrowlmError
+from growlm.growth.masked import GrownGPT2
+from growlm.growth.registry import IMPLEMENTATIONS
+from growlm.methods import OPERATORS, check_options, plan_chain
+from growlm.model import load_model
+from growlm.shape import ModelShape
+
+GROWN_JSON = "growlm_grown.json"
+GROWN_TENSORS = "growlm_grown.safetensors"
+
+
+def options_of(name: str) -> dict:
+    """The options operator `name` takes, with their defaults."""
+    return dict(OPERATORS[name].options)
+
+
+def member_shape(members) -> ModelShape:
+    """The one shape of the members; GrowlmError naming the first difference."""
+    if isinstance(members, torch.nn.Module):
+        members = [members]
+    if not members:
+        raise GrowlmError("grow() needs at least one member model")
+    shapes = []
+    for i, m in enumerate(members):
+        if not isinstance(m, GPT2LMHeadModel):
+            raise GrowlmError(f"member {i + 1} is a {type(m).__name__}, not a GPT2LMHeadModel")
+        shapes.append(ModelShape.of(m))
+    ref, c0 = shapes[0], members[0].config
+    names = {"d": "width (n_embd)", "L": "depth (n_layer)", "h": "head count (n_head)", "f": "MLP width (n_inner)",
+             "V": "vocabulary size", "T": "context (n_positions)", "tied": "tie_word_embeddings"}
+    for i, (s, m) in enumerate(zip(shapes[1:], members[1:]), start=2):
+        for k, what in names.items():
+            if getattr(s, k) != getattr(ref, k):
+                raise GrowlmError(f"members differ in {what}: member 1 has {getattr(ref, k)}, "
+                                  f"member {i} has {getattr(s, k)}")
+        for attr in ("activation_function", "layer_norm_epsilon"):
+            if getattr(m.config, attr) != getattr(c0, attr):
+                raise GrowlmError(f"members differ in {attr}: {getattr(c0, attr)} vs {getattr(m.config, attr)}")
+    return ref
+
+
+def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, **options):
+    """Grow `members` (GPT2LMHeadModels of one shape) into a model of width n_embd and depth n_layer."""
+    if isinstance(members, torch.nn.Module):
+        members = [members]
+    members = list(members)
+    shape = member_shape(members)
+    steps = plan_chain(shape, len(members), method, n_embd=n_embd, n_layer=n_layer, n_head=n_head)
+    names = [nm for fused, *_ in steps for nm in fused]
+    check_options(names, options)
+    cur = members
+    with torch.no_grad():
+        for i, (fused, tw, tl, hd) in enumerate(steps):
+            name = fused[0]
+            fn, multi = IMPLEMENTATIONS[name], OPERATORS[name].multi
+            opts = {k: v for k, v in options.items() if any(k in OPERATORS[nm].options for nm in fused)}
+            if len(fused) > 1:
+                opts["absorbed"] = fused[1:]
+            later_multi = any(OPERATORS[nm].multi for f2, *_ in steps[i + 1:] for nm in f2)
+            if multi:
+                cur = [fn(cur, n_embd=tw, n_layer=tl, n_head=hd, seed=seed, **opts)]
+            elif later_multi:
+                cur = [fn([m], n_embd=tw, n_layer=tl, n_head=hd, seed=seed + j, **opts) for j, m in enumerate(cur)]
+            else:
+                cur = [fn(cur[:1], n_embd=tw, n_layer=tl, n_head=hd, seed=seed, **opts)]
+    model = cur[0]
+    flops = sum(int(getattr(m, "growlm_growth_flops", 0)) for m in cur)
+    model.growlm_growth_flops = flops
+    model.eval()
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# saving and loading grown models
+# ----------------------------------------------------------------------------------------------
+
+def save_grown(model, out_dir) -> None:
+    """Save a grown model: `save_pretrained` for a plain GPT2LMHeadModel; for a `GrownGPT2`,
+    `growlm_grown.json` (class, config, spec, ramp step) + `growlm_grown.safetensors` (all
+    tensors, tied ones once). No pickle. The directory of a GrownGPT2 has no config.json, so
+    `AutoModelForCausalLM` does not load it by mistake (its step-0 function needs the masks)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(model, GPT2LMHeadModel):
+        model.save_pretrained(out_dir, safe_serialization=True)
+        (out_dir / GROWN_JSON).unlink(missing_ok=True)
+        return
+    if isinstance(model, GrownGPT2):
+        for stale in ("config.json", "model.safetensors"):
+            (out_dir / stale).unlink(missing_ok=True)
+        meta, tensors = model.export()
+        save_file(tensors, str(out_dir / GROWN_TENSORS))
+        (out_dir / GROWN_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        return
+    raise GrowlmError(f"cannot save a grown model of type {type(model).__name__}")
+
+
+def load_grown(out_dir):
+    """Load what `save_grown` wrote (a GPT2LMHeadModel or a GrownGPT2)."""
+    out_dir = Path(out_dir)
+    if (out_dir / GROWN_JSON).is_file():
+        meta = json.loads((out_dir / GROWN_JSON).read_text())
+        if meta.get("class") != "GrownGPT2":
+            raise GrowlmError(f"{out_dir / GROWN_JSON}: unknown grown-model class {meta.get('class')!r}")
+        if not (out_dir / GROWN_TENSORS).is_file():
+            raise GrowlmError(f"grown model at {out_dir} has no {GROWN_TENSORS}")
+        return GrownGPT2.restore(meta, load_file(str(out_dir / GROWN_TENSORS)))
+    return load_model(out_dir)

@@ -1,0 +1,127 @@
+"""Jobs of the growth stage: the members -> M'_1 with an operator or chain, and the two schedules
+that stand in the method list but reuse no small model (the V-cycle, the Apollo-style control).
+
+Every grow job writes the grown model and `growth.json`: the method, its options, the growth FLOPs
+and wall time, and the members it used with their training cost (what the comparison counts).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from growlm.data import BatchSampler
+from growlm.devices import choose_device
+from growlm.errors import GrowlmError
+from growlm.growth import grow as grow_models, save_grown
+from growlm.growth.moments import grow_moments
+from growlm.jobs.common import log
+from growlm.jobs.train import train_and_save
+from growlm.methods import OPERATORS, members_used, method_chain
+from growlm.model import build_model, load_model
+from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
+from growlm.profiling.ranges import phase
+from growlm.schedules.apollo import apollo_schedule
+from growlm.schedules.vcycle import coalesce, decoalesce, interpolate
+from growlm.tokenizer import vocab_size
+from growlm.tokens import load_tokens
+from growlm.train_config import TrainConfig
+
+
+def operator_options(chain: list[str], options: dict, *, refine_steps: int, seed: int, data_file=None,
+                     learned_batches: dict | None = None) -> dict:
+    """The options a grow job passes to `grow()`: the configured ones (with the mask ramps the rule
+    resolved) and, for learned operators, their level-1 training batches. A ramp longer than the
+    shortest refinement is an error: the model could not become a plain GPT-2 by its end."""
+    opts = dict(options)
+    for name in chain:
+        if OPERATORS[name].learned and "batches" not in opts and opts.get("steps", 1):
+            sampler = BatchSampler(load_tokens(data_file), batch_size=learned_batches["batch_size"],
+                                   context=learned_batches["context"], seed=seed + 7919)
+            opts["batches"] = [sampler.batch(i)[0] for i in range(int(opts.get("steps", 100)))]
+    for name in chain:
+        for key in OPERATORS[name].ramps:
+            if opts.get(key, 0) > refine_steps:
+                raise GrowlmError(f"grow.options {key}={opts[key]} is longer than the refinement ({refine_steps} "
+                                  "steps): the grown model could not become a plain GPT-2 by the end of training")
+    return opts
+
+
+def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict,
+         refine_steps: int, out_dir, optimizer_state: str = "fresh", data_file=None,
+         learned_batches: dict | None = None) -> None:
+    """Combine the trained members into M'_1 with a growth operator; record its cost. With
+    `optimizer_state="carry"` the members' AdamW moments are grown too (growlm.growth.moments)."""
+    chain = method_chain(method)
+    options = operator_options(chain, options, refine_steps=refine_steps, seed=seed, data_file=data_file,
+                               learned_batches=learned_batches)
+    members = [load_model(d) for d in member_dirs]
+    t0 = time.perf_counter()
+    with phase("grow"):
+        grown = grow_models(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
+                            seed=seed, **options)
+    wall = time.perf_counter() - t0
+    flops = int(getattr(grown, "growlm_growth_flops", 0))
+    save_grown(grown, out_dir)
+    used = member_dirs[:members_used(chain, len(member_dirs))]  # a single-source chain grows m_1 only
+    member_cost = []
+    for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
+        meta = json.loads((Path(d) / "growlm.json").read_text())
+        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+    carried = {}
+    if optimizer_state == "carry":
+        loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in member_dirs]
+        moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
+                               seed=seed, **options)
+        step = max(s for _, s in loaded)
+        save_grown_moments(Path(out_dir) / GROWN_MOMENTS_FILE, moments, step)
+        carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
+        log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
+    shown = {k: v for k, v in options.items() if k != "batches"}
+    (Path(out_dir) / "growth.json").write_text(json.dumps(
+        {"method": method, "chain": chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
+         "members": member_cost, "optimizer_state": optimizer_state, **carried}, indent=2))
+    log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
+
+
+def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
+           out_dir, memory_limit_gb: float | None = None) -> None:
+    """The Multi-Level V-cycle as one more arm (it reuses no small model): M_0's own initialisation
+    is coalesced to a model `factor` times narrower and shallower, trained on level 1 for
+    `vcycle.tokens` tokens (its FLOPs are the growth cost), de-coalesced and interpolated with the
+    initialisation (theta = (1 - alpha) theta_init + alpha theta_decoalesced); refine trains on."""
+    k = int(vcycle["factor"])
+    n_embd, n_layer = model["n_embd"], model["n_layer"]
+    if n_embd % k or n_layer % k or (n_embd // k) % model["head_dim"]:
+        raise GrowlmError(f"vcycle factor {k} does not divide width {n_embd} and depth {n_layer} into whole heads")
+    init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
+    small = coalesce(init, n_embd=n_embd // k, n_layer=max(1, n_layer // k))
+    cfg = TrainConfig.from_dict(train, device=choose_device())
+    out_dir = Path(out_dir)
+    summary = train_and_save(small, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir / "coalesced",
+                             tokenizer_dir=None, memory_limit_gb=memory_limit_gb, info={"role": "vcycle coalesced model"})
+    grown = interpolate(init, decoalesce(small.cpu(), n_embd=n_embd, n_layer=n_layer), alpha=float(vcycle["alpha"]))
+    save_grown(grown, out_dir)
+    (out_dir / "growth.json").write_text(json.dumps(
+        {"method": "vcycle", "chain": ["vcycle"], "options": vcycle, "growth_flops": summary["flops"],
+         "growth_wall_s": summary["wall_s"], "members": []}, indent=2))
+    log(f"V-cycle: coalesced x{k}, trained {summary['tokens']} tokens, interpolated with alpha {vcycle['alpha']}")
+
+
+def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_decay: float, grad_clip: float,
+           seed: int, train_file, tokenizer_dir, out_dir) -> None:
+    """The Apollo-style progressive control (growlm.schedules.apollo; it reuses no small model): M_0's
+    own initialisation trained with shared layers, sampled depth and growing stages for
+    `apollo.tokens` tokens (the growth cost); refine trains on."""
+    init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
+    grown, summary = apollo_schedule(init, load_tokens(train_file), tokens=int(apollo["tokens"]),
+                                     lr=float(apollo["lr"]), batch_size=batch_size, context=context,
+                                     seed=seed + 15485863, warmup_steps=int(apollo["warmup_steps"]),
+                                     weight_decay=weight_decay, grad_clip=grad_clip, log=log)
+    out_dir = Path(out_dir)
+    save_grown(grown, out_dir)
+    (out_dir / "growth.json").write_text(json.dumps(
+        {"method": "apollo", "chain": ["apollo"], "options": apollo, "growth_flops": summary["flops"],
+         "growth_wall_s": summary["wall_s"], "members": [], "stages": summary["stages"]}, indent=2))
+    log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")

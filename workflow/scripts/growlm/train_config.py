@@ -1,0 +1,107 @@
+"""`TrainConfig`: every setting of one training run, typed, with one JSON round trip.
+
+Torch-free, so that the workflow can build a job's settings while it parses the Snakefile and pass
+them to the job as a rule parameter (Snakemake reruns a job exactly when they change). Everything
+that serialises a training run's settings uses `to_dict` / `from_dict`: the rule parameters, the
+torchrun entry point's `train.json`, the checkpoint fingerprint and the summary in `growlm.json`.
+
+Two groups of fields:
+
+* what is computed: the budget, batch, schedule, optimizer, evaluation and checkpoint cadence, the
+  data seed and the optimizer state to start from;
+* how the steps run (`HOW_FIELDS`): the device, the memory plan's micro-batch, activation
+  recomputation and distribution strategy, `torch.compile`, the MFU peak. A run resumed under
+  another plan (after an out-of-memory error) is the same run, so these are left out of the
+  checkpoint fingerprint (`run_settings`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+from growlm.errors import GrowlmError
+
+STRATEGIES = ("single", "ddp", "fsdp", "fsdp_offload")
+
+
+@dataclass
+class TrainConfig:
+    tokens: int  # budget: training tokens for this job
+    batch_size: int = 16  # global batch, sequences per optimizer step (all processes together)
+    context: int = 64  # tokens per sequence
+    lr: float = 1e-3  # peak learning rate
+    min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
+    warmup_steps: int = 50  # linear warm-up
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # global gradient-norm clip (0: none)
+    eval_interval: int = 50  # steps between held-out evaluations (ledger rows)
+    eval_tokens: int = 16384  # validation tokens per evaluation
+    checkpoint_every: int = 100  # steps between resumable checkpoints
+    dense_log_steps: int = 0  # log the training loss every step for this many steps (after growth)
+    seed: int = 0  # data seed: batch k depends only on (seed, k)
+    init_moments: str | None = None  # AdamW moments to start from (growth carry-over), a file
+    save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
+    # how the steps run; not part of the run's identity
+    device: str = "cpu"
+    micro_batch_size: int | None = None  # gradient accumulation; None: the whole per-process batch
+    recompute_every: int = 0  # activation recomputation on blocks 0, k, 2k, ... (1: all, 0: none)
+    strategy: str = "single"  # single | ddp | fsdp | fsdp_offload (the memory plan's choice)
+    compile: bool = False  # torch.compile the model for the training steps (evaluation stays eager)
+    peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
+
+    HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "peak_flops",
+                  "save_moments")
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.tokens // (self.batch_size * self.context))
+
+    # -- the one JSON round trip ----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, **overrides) -> "TrainConfig":
+        """From `to_dict`'s output (unknown keys are an error naming them); `overrides` win."""
+        known = {f.name for f in fields(cls)}
+        data = {**data, **overrides}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise GrowlmError(f"unknown training settings {unknown}; known: {sorted(known)}")
+        if "tokens" not in data:
+            raise GrowlmError("training settings without a token budget (tokens)")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, **overrides) -> "TrainConfig":
+        return cls.from_dict(json.loads(text), **overrides)
+
+    def run_settings(self) -> dict:
+        """The settings that make a run what it is (the checkpoint fingerprint's input)."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.HOW_FIELDS}
+
+    def with_(self, **changes) -> "TrainConfig":
+        return replace(self, **changes)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def validate(self, world: int = 1) -> None:
+        """Raise GrowlmError naming the first setting that cannot work with `world` processes."""
+        if self.tokens < self.batch_size * self.context:
+            raise GrowlmError(f"token budget {self.tokens} is smaller than one batch "
+                              f"({self.batch_size} x {self.context})")
+        if self.lr <= 0:
+            raise GrowlmError(f"learning rate must be positive, got {self.lr}")
+        if self.strategy not in STRATEGIES:
+            raise GrowlmError(f"unknown strategy {self.strategy!r}; one of {STRATEGIES}")
+        if self.batch_size % world:
+            raise GrowlmError(f"batch_size {self.batch_size} is not divisible by the {world} processes")
+        mb = self.micro_batch_size or self.batch_size // world
+        if (self.batch_size // world) % mb:
+            raise GrowlmError(f"micro_batch_size {mb} does not divide the per-process batch "
+                              f"{self.batch_size // world}")
