@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--vocab", type=int, default=4096, help="the project's vocabulary (config.yaml)")
+    p.add_argument("--vocab", type=int, default=4096, help="the project's vocabulary (config/config.yaml)")
     p.add_argument("--head-dim", type=int, default=64, help="head size (the project's config uses 16)")
     p.add_argument("--warm", type=int, default=5, help="untimed steps (compilation, allocator warm-up)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")

@@ -137,3 +137,51 @@ def test_only_multi_member_chains_get_a_single_member_control():
     assert not needs_single_member_control("msg")
     assert not needs_single_member_control("apollo")
     assert not needs_single_member_control("vcycle")
+
+
+def test_the_loss_figure_keeps_its_legend_off_the_curves(tmp_path, monkeypatch):
+    """At report size the legend stands beside each panel, not over the curves."""
+    from growlm.report import loss_vs_flops_figure
+
+    m0 = {"0.001": [8, 6, 5.0]}
+    combos, paths = make_experiment(tmp_path, m0, {"0.001": [6, 5, 4.0]}, seeds=(0, 1))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                     unigram_train="x", unigram_test="y", vocab_size=8)
+    fig = loss_vs_flops_figure(tmp_path / "k.csv", tmp_path / "c.csv")
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert panels
+    for ax in panels:
+        legend = ax.get_legend()
+        assert legend is not None and not legend.get_window_extent().overlaps(ax.get_window_extent())
+
+
+def test_the_first_page_says_whether_growing_paid_for_each_arm(tmp_path):
+    from growlm.report import summary_sentences
+
+    base = {"d0": 64, "L0": 4, "d1": 128, "L1": 4, "n": 2, "budget": 1200000, "m0_final_val_loss": 4.54,
+            "ensemble_test_loss": 5.2}
+    rows = [
+        {**base, "method": "msg", "arm": "grown from m_1 (single-source operator)", "members_used": 1, "seed": 0,
+         "reached": True, "cost_ratio": 0.8163, "cost_ratio_small_free": 0.6348, "m1_final_val_loss": 4.446},
+        {**base, "method": "concat", "arm": "grown from n members", "members_used": 2, "seed": 0, "reached": True,
+         "cost_ratio": 1.213, "cost_ratio_small_free": 0.850, "m1_final_val_loss": 4.521},
+        {**base, "method": "concat@m1", "arm": "control: m_1 only", "members_used": 1, "seed": 0, "reached": False,
+         "cost_ratio": math.nan, "cost_ratio_small_free": math.nan, "m1_final_val_loss": 4.563},
+        {**base, "method": "stack", "arm": "grown from m_1 (single-source operator)", "members_used": 1, "seed": 0,
+         "reached": True, "cost_ratio": 1.4, "cost_ratio_small_free": 1.1, "m1_final_val_loss": 4.53},
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "c.csv", index=False)
+    text = "\n".join(summary_sentences(tmp_path / "c.csv"))
+    assert "M_0 (width 128, 4 layers) trained from scratch for 1,200,000 tokens ends at validation loss 4.540" in text
+    assert ("**msg** (grown from m_1 alone): growing paid. M_1 reached M_0's final validation loss at 0.82 of M_0's "
+            "FLOPs counting the small model's training (0.63 with it free) and ended at 4.446 (M_0: 4.540).") in text
+    assert "**concat** (grown from 2 members): growing paid only if the small models cost nothing. " \
+           "M_1 reached M_0's final validation loss at 1.21 of M_0's FLOPs counting the small models' training (0.85 " \
+           "with them free)" in text
+    assert "**concat@m1** (control: m_1 alone, fed n times): M_1 did not reach M_0's final validation loss" in text
+    assert "**stack** (grown from m_1 alone): growing did not pay." in text
+    assert "untrained logit-average ensemble has test loss 5.200" in text
+    assert "[" not in text  # no Python reprs

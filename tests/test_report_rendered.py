@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -36,6 +37,19 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     report = tiny_run / "results" / "report.html"
     dom = render(browser, report, "--dump-dom").stdout
     assert len(dom) > 10000, "the report page did not render"
+    # the first page states the answer, a sentence per arm, with numbers and without Python reprs
+    import pandas as pd
+
+    comparison = pd.read_csv(tiny_run / "results" / "eval" / "comparison.csv")
+    m0 = comparison["m0_final_val_loss"].iloc[0]
+    assert "growlm: does growing pay?" in dom
+    assert f"M_0 (width 32, 2 layers) trained from scratch for 24,000 tokens ends at validation loss {m0:.3f}" in dom
+    for _, row in comparison.iterrows():
+        assert f"<strong>{row['method']}</strong>" in dom, row["method"]
+        assert f"it ended at {row['m1_final_val_loss']:.3f}" in dom or f"ended at {row['m1_final_val_loss']:.3f}" in dom
+    assert "hyperclone+zero_block, concat+zero_block into a model of width 32" in dom  # the description, no reprs
+    text = re.sub(r"<(script|style)\b.*?</\1>", "", dom, flags=re.S)  # what a reader sees, not the page's code
+    assert "['" not in text and "[2]" not in text, "a Python list repr on the report page"
     for item in ("comparison.html", "loss_vs_flops.svg", "cost_ratio.svg", "corpus_stats.html"):
         assert item in dom, f"{item} is not on the rendered report page"
     for category in ("Corpus", "Training", "Comparison"):
@@ -46,3 +60,8 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     # the comparison table itself, as a browser draws it
     table_dom = render(browser, tiny_run / "results/report/comparison.html", "--dump-dom").stdout
     assert "cost ratio (small counted)" in table_dom and "M_0 final val loss" in table_dom
+    # the columns that decide lead the table
+    headers = re.findall(r"<th>([^<]+)</th>", table_dom.split('id="comparison"')[1])
+    assert headers[:8] == ["method", "arm", "reached M_0's loss", "cost ratio (small counted)",
+                           "cost ratio (small models free)", "M_0 final val loss", "M_1 final val loss",
+                           "loss gap at equal total FLOPs"], headers[:10]

@@ -21,7 +21,8 @@ import yaml
 from conftest import REPO, TINY, copy_workflow
 
 BASE = """
-methods: [msg, [concat, lemon], ligo, vcycle, apollo]
+L1: [4]
+methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo]
 members: {data: shards, shards: 2}
 grow: {options: {ligo: {steps: 2}}}
 profile: {tools: [nsys, ncu]}
@@ -36,16 +37,17 @@ SWEEP_NEW = {"grow", "refine", "evaluate_model"}  # a new sweep value: new jobs 
 # key -> (the change, as a YAML overlay; rules whose params change; rules with new jobs)
 TABLE = {
     "d0": ("d0: [8]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
-    "L0": ("L0: [2]\nL1: [2]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
+    "L0": ("L0: [2]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
     "d1": ("d1: [48]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
-    "L1": ("L1: [3]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
+    "L1": ("L1: [2]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
     "n": ("n: [1]", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
     "n_members": ("n_members: 1", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
     "seeds": ("seeds: [1]", {"compare", "profile"}, {"train_small", "train_baseline", "evaluate_ensemble",
                                                      *SWEEP_NEW}),
-    "budgets": ("budgets: [20000]", {"compare", "grow"}, {"train_baseline", "refine", "evaluate_model"}),
+    # growth is shared across budgets: a new budget list touches no grow job
+    "budgets": ("budgets: [20000]", {"compare"}, {"train_baseline", "refine", "evaluate_model"}),
     "lrs": ("lrs: [0.002]", {"compare"}, {"train_baseline", "refine", "evaluate_model"}),
-    "methods": ("methods: [msg, [concat, lemon], ligo, vcycle, apollo, lemon]", {"compare"}, SWEEP_NEW),
+    "methods": ("methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo, lemon]", {"compare"}, SWEEP_NEW),
     "model.head_dim": ("model: {head_dim: 4}", {"train_small", "train_baseline", "grow", "profile"}, set()),
     "model.context": ("model: {context: 16}", {*TRAINING, "fit_tokenizer", "grow", "evaluate_model",
                                                "evaluate_ensemble", "profile"}, set()),
@@ -66,14 +68,14 @@ TABLE = {
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
     "train.small.warmup_steps": ("train: {small: {warmup_steps: 4}}", SMALL_PROFILE, set()),
-    "train.large.tokens": ("train: {large: {tokens: 20000}}", {"compare", "grow", "profile"},
+    "train.large.tokens": ("train: {large: {tokens: 20000}}", {"compare", "profile"},
                            {"train_baseline", "refine", "evaluate_model"}),
     "train.large.lr": ("train: {large: {lr: 0.002}}", {"compare", "profile"},
                        {"train_baseline", "refine", "evaluate_model"}),
     "train.large.batch_size": ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow", "profile"},
-                               set()),
+                               set()),  # grow: ligo's level-1 batches and the schedules
     "train.large.warmup_steps": ("train: {large: {warmup_steps: 4}}", {"train_baseline", "grow", "profile"}, set()),
-    "train.refine.batch_size": ("train: {refine: {batch_size: 4}}", {"refine", "grow", "profile"}, set()),
+    "train.refine.batch_size": ("train: {refine: {batch_size: 4}}", {"refine", "profile"}, set()),
     "train.refine.warmup_steps": ("train: {refine: {warmup_steps: 2}}", {"refine", "profile"}, set()),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
@@ -92,7 +94,7 @@ TABLE = {
     "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
     "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
-    "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow"}, set()),
+    "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp
     "grow.optimizer_state": ("grow: {optimizer_state: carry}", {"grow"}, set()),
     "profile.tools": ("profile: {tools: [nsys]}", set(), set()),  # ncu's jobs go, nsys's stay as they are
     "profile.warmup_steps": ("profile: {warmup_steps: 2}", {"profile"}, set()),
@@ -168,3 +170,22 @@ def test_changing_a_key_reruns_exactly_its_readers(dag_params, key):
                for rule in [job[0]]}
     added = {job[0] for job in new if job not in base}
     assert (changed, added) == (want_changed, want_new), key
+
+
+def test_reordered_keys_of_a_source_rerun_nothing(dag_params):
+    """`{level, name, bundled}` is the same source as `{name, level, bundled}`."""
+    sources = yaml.safe_load((REPO / "tests" / "config" / "tiny.yaml").read_text())["corpus"]["sources"]
+    reordered = [dict(reversed(list(s.items()))) for s in sources]
+    assert [list(s) for s in reordered] != [list(s) for s in sources]
+    overlay = yaml.safe_dump({"corpus": {"sources": reordered}}, sort_keys=False)
+    assert dag_params(overlay) == dag_params()
+
+
+def test_a_longer_budget_touches_no_job_of_the_shorter_one(dag_params):
+    """Adding a budget adds its own M_0 and refinements; the grown models, the existing refinements
+    (their mask ramps are a fifth of the shortest refinement, unchanged) and every other job stay."""
+    base, new = dag_params(), dag_params("budgets: [24000, 48000]")
+    changed = {job[0] for job, p in new.items() if job in base and base[job] != p}
+    added = {job[0] for job in new if job not in base}
+    assert changed == {"compare"} and added == {"train_baseline", "refine", "evaluate_model"}
+    assert all(job in new for job in base)

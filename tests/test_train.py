@@ -2,6 +2,7 @@
 
 import csv
 import math
+import re
 
 import pytest
 import torch
@@ -59,6 +60,9 @@ def test_one_step_lowers_the_loss_on_the_same_batch(tmp_path):
     assert lm_loss(model, x, y)[0].item() < before
 
 
+LEDGER_MEASUREMENTS = ("wall_s", "peak_mem_mb")  # the machine's, not the run's
+
+
 def test_resume_is_bitwise_identical(tmp_path):
     data = tokens()
     full = tiny_model()
@@ -83,6 +87,10 @@ def test_resume_is_bitwise_identical(tmp_path):
     assert steps_run[0] == 21 and steps_run[-1] == 40  # only the steps after the checkpoint ran again
     for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
+    # the ledger too, in every column but the machine's measurements (the running train loss included)
+    a, b = list(csv.DictReader(open(tmp_path / "a.csv"))), list(csv.DictReader(open(tmp_path / "b.csv")))
+    assert [{k: v for k, v in r.items() if k not in LEDGER_MEASUREMENTS} for r in a] == \
+           [{k: v for k, v in r.items() if k not in LEDGER_MEASUREMENTS} for r in b]
 
 
 def test_corrupt_checkpoint_falls_back_to_previous(tmp_path):
@@ -107,8 +115,51 @@ def test_nan_loss_stops_with_the_step_named(tmp_path):
     model = tiny_model()
     with torch.no_grad():
         model.transformer.h[0].mlp.c_fc.weight.fill_(float("nan"))
-    with pytest.raises(GrowlmError, match=r"loss is nan at step 1"):
+    with pytest.raises(GrowlmError, match=r"loss is nan at step 1; training stopped. No checkpoint was written before "
+                                          r"it \(the first comes at step 10\)"):
         train(model, data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv", log=lambda s: None)
+
+
+def test_nan_after_a_checkpoint_says_what_the_checkpoint_is_good_for(tmp_path, monkeypatch):
+    import growlm.train as train_module
+
+    real, calls = train_module.lm_loss, {"n": 0}
+
+    def nan_at_step_15(model, x, y, **kw):
+        calls["n"] += 1
+        loss, out = real(model, x, y, **kw)
+        return (loss * float("nan") if calls["n"] == 15 else loss), out
+
+    monkeypatch.setattr(train_module, "lm_loss", nan_at_step_15)
+    with pytest.raises(GrowlmError, match=r"loss is nan at step 15.*checkpoint of step 10 is kept in .*ck, but a rerun "
+                                          r"with the same settings resumes there and meets the same loss"):
+        train(tiny_model(), tokens(), tokens(), cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
+              log=lambda s: None)
+
+
+def test_progress_lines_name_the_step_rate_losses_and_time_left(tmp_path, monkeypatch):
+    import growlm.train as train_module
+
+    monkeypatch.setattr(train_module, "PROGRESS_EVERY_S", 0.0)  # a line after every step
+    lines = []
+    train(tiny_model(), tokens(), tokens(), cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
+          log=lines.append)
+    steps = [line for line in lines if line.startswith("step ")]
+    assert steps[0].startswith("step 0/40 (0%) | val ")
+    assert len(steps) == 41 and steps[-1].startswith("step 40/40 (100%)")
+    middle = steps[20]
+    assert re.match(r"step 20/40 \(50%\) \| [\d,]+ tok/s \| train \d\.\d{4} \| val \d\.\d{4} \(best \d\.\d{4} at step "
+                    r"\d+\) \| lr \S+ \| \d+s left$", middle), middle
+
+
+def test_default_progress_is_every_ten_seconds_and_at_every_evaluation(tmp_path):
+    import growlm.train as train_module
+
+    assert train_module.PROGRESS_EVERY_S == 10.0
+    lines = []
+    train(tiny_model(), tokens(), tokens(), cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
+          log=lines.append)
+    assert [int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step ")] == [0, 10, 20, 30, 40]
 
 
 def test_schedule_warmup_then_cosine():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 
 import pytest
 
@@ -22,30 +23,55 @@ def test_default_config_dry_run(workflow_dir):
 
 
 def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir):
-    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules",
-                        "--config", "n_members=[2,3]", "d0=[32,64]").stdout
+    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules", "--config", "n_members=[2,3]",
+                        "d0=[32,64]", "d1=192", "methods=[msg,[concat,lemon]]").stdout
     counts = job_counts(out)
     assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
-    assert counts["grow"] == counts["refine"] == 2 * 2 * 3  # (d0, n) x (msg, concat, concat's control)
+    assert counts["grow"] == counts["refine"] == 2 * 2 * 3  # (d0, n) x (msg, concat+lemon, its control)
     assert counts["train_baseline"] == 1
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
-        (["dd0=64"], "dd0"),
-        (["d0=0"], "d0"),
-        (["d0=128", "d1=64"], "d1=64 is smaller than d0=128"),
-        (["methods=[no_such_method]"], "no_such_method"),
-        (["L0=8"], "L1=4 is smaller than L0=8"),
+        (["dd0=64"], "dd0: unknown key; did you mean 'd0'?"),
+        (["d0=0"], "d0 = 0:"),
+        (["d0=128", "d1=64"], "d1 = 64: smaller than d0 = 128"),
+        (["methods=[no_such_method]"], "unknown growth method 'no_such_method'"),
+        (["L0=8"], "L1 = 4: smaller than L0 = 8"),
+        # the README's old sweep example: concat cannot put 3 members of width 32 or 64 side by side in 128
+        (["d0=[32,64]", "n_members=3"], "concat with d0 = 64, L0 = 4, n = 3 -> d1 = 128, L1 = 4: concat: concat of 3 "
+                                        "members of width 64 needs width >= 192, not 128; d1 = 192 would work"),
+        (["d1=40", "methods=[[hyperclone,zero_block]]"], "d1 = 40: not a multiple of model.head_dim = 16"),
+        (["methods=[hyperclone]", "d1=160"], "hyperclone needs the width 160 to be a multiple of the source width 64 "
+                                             "(k = d1/d0 must be an integer); use 'lemon' for other widths; d1 = 192 "
+                                             "would work"),
+        (["grow={options: {msg: {ramp_stepz: 9}}}"], "option(s) ramp_stepz not taken by msg; they take: msg: "
+                                                     "ramp_steps, position, init_std"),
+        (["grow={options: {msg: {ramp_steps: 99999}}}"], "longer than the shortest refinement"),
+        (["train={refine: {tokens: 5}}"], "train.refine.tokens: unknown key"),
+        (["model={head_dim: abc}"], "model.head_dim = 'abc'"),
+        (["members={data: shard}"], "members.data = 'shard': 'shard' is not one of ['seed', 'shards']"),
     ],
 )
 def test_bad_config_is_named(workflow_dir, override, message):
+    """Every problem is found while the Snakefile is parsed (a dry run), before any job, and named."""
     proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--config", *override, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert message in text, text[-3000:]
     assert "Traceback (most recent call last)" not in text
+
+
+@pytest.mark.parametrize("override, path", [
+    (["budgets=1e6"], "t1000000_lr0.0012"),  # a whole number written as a float is that number
+    (["d0=64.0", "budgets=[1.2e6]"], "d64_L4/s0/m1"),
+    (["model={head_dim: 32}"], "d128_L4"),  # nested values are read as YAML, as in a config file
+    (["train={small: {lr: 3e-3, batch_size: 8}}", "resources={memory_limit_gb: 2.5}"], "d64_L4"),
+])
+def test_command_line_values_are_read_as_their_types(workflow_dir, override, path):
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--config", *override)
+    assert path in proc.stdout and ".0_" not in proc.stdout and "1000000.0" not in proc.stdout
 
 
 def test_missing_source_file_is_named(workflow_dir):
@@ -103,6 +129,16 @@ def test_tiny_run_makes_the_report(tiny_run):
         assert (tiny_run / path).stat().st_size > 500
 
 
+def test_a_finished_run_is_complete_and_a_moved_copy_reruns_nothing(tiny_run, tmp_path):
+    """A finished run plans no job; nor does a copy of the project in another folder (inputs are
+    recorded relative to the working directory, so moving a project keeps every result)."""
+    assert "Nothing to be done" in run_snakemake(tiny_run, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny_run, moved, symlinks=True)
+    out = run_snakemake(moved, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+    assert "Nothing to be done" in out, out[-3000:]
+
+
 @pytest.mark.slow
 def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
     """The profiling rules on a machine without a GPU: ncu falls back to torch.profiler (CPU) and
@@ -133,23 +169,37 @@ def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
 
 
 @pytest.mark.slow
-def test_adding_a_member_reruns_only_what_it_touches(tiny_run):
-    out = run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
-                        "--config", "n_members=[2,3]").stdout
-    counts = job_counts(out)
-    assert counts.get("train_small") == 1  # only m3
-    assert "train_baseline" not in counts and "fit_tokenizer" not in counts and "clean_level" not in counts
-    # at n=3: concat, its m_1-only control, hyperclone (single-source, so no control of its own)
-    assert counts.get("grow") == 3 and counts.get("refine") == 3
-    assert counts.get("evaluate_model") == 4  # m3 and the three new M_1
-    assert counts.get("evaluate_ensemble") == 1
-    assert counts.get("compare") == 1 and counts.get("report_figures") == 1
+def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
+    # concat puts the members side by side: three of width 16 cannot make width 32, and the check
+    # says so before any job runs. LiGO combines any number of members, so the sweep uses it.
+    refused = run_snakemake(tiny_run, "-n", "--cores", "1", "--configfile", str(TINY),
+                            "--config", "n_members=[2,3]", check=False)
+    assert refused.returncode != 0
+    assert "concat of 3 members of width 16 needs width >= 48, not 32; d1 = 48 would work" in refused.stdout + refused.stderr
+    overlay = tmp_path / "ligo.yaml"
+    overlay.write_text("methods:\n  - [hyperclone, zero_block]\n  - [ligo, zero_block]\n")
+
+    def planned(n):
+        return job_counts(run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
+                                        str(overlay), "--config", f"n_members={n}").stdout)
+
+    before, after = planned("[2]"), planned("[2,3]")
+    added = {rule: after.get(rule, 0) - before.get(rule, 0) for rule in after}
+    assert {rule: k for rule, k in added.items() if k} == {
+        "train_small": 1,  # only m3
+        # at n=3: ligo, its m_1-only control, hyperclone (single-source, so no control of its own)
+        "grow": 3, "refine": 3,
+        "evaluate_model": 4,  # m3 and the three new M_1
+        "evaluate_ensemble": 1,
+    }, (before, after)
+    assert not {"train_baseline", "fit_tokenizer", "clean_level"} & set(after)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change, reruns, keeps", [
     ("train: {small: {tokens: 14000}}", {"train_small", "grow", "refine"}, {"train_baseline"}),
-    ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow"}, {"train_small"}),  # grow: ramps
+    # the refinement inherits M_0's batch size; growth does not read it (its ramps are the refinement's)
+    ("train: {large: {batch_size: 4}}", {"train_baseline", "refine"}, {"train_small", "grow"}),
     # the refinement's warm-up is train.refine's: M_0's own warm-up does not touch it
     ("train: {large: {warmup_steps: 4}}", {"train_baseline"}, {"train_small", "grow", "refine"}),
     ("train: {refine: {warmup_steps: 2}}", {"refine"}, {"train_small", "train_baseline", "grow"}),
@@ -197,9 +247,9 @@ def test_dry_run_over_every_registered_method(workflow_dir):
 
     chains = []
     for name, op in sorted(OPERATORS.items()):
-        if op.kind == "width":
+        if op.axis == "width":
             chains.append(f"[{name},zero_block]")
-        elif op.kind == "depth":
+        elif op.axis == "depth":
             chains.append(f"[hyperclone,{name}]")
         else:
             chains.append(name)

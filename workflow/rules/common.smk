@@ -3,6 +3,7 @@
 # No rules here.
 
 import itertools
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,16 +12,17 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy)
-sys.path.insert(0, str(Path(str(workflow.current_basedir)).parent / "scripts"))
+RULES_DIR = str(workflow.current_basedir)  # this folder, also when growlm runs as another workflow's module
+sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
 
+from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import (  # noqa: E402
-    check_experiment,
-    coerce_command_line,
+    canonical,
     grow_settings,
     member_seed,
     member_shard,
     model_settings,
-    normalise_sweep,
+    refine_ramps,
     schedule_settings,
     train_settings,
 )
@@ -31,22 +33,56 @@ from growlm.methods import (  # noqa: E402
     method_id,
     needs_single_member_control,
 )
+from growlm.resume import interrupted_run_notice  # noqa: E402
+from growlm.validate import check_config  # noqa: E402
 
-coerce_command_line(config)
-validate(config, schema="../schemas/config.schema.yaml")
-SWEEP = normalise_sweep(config)
+
+def shipped(rel):
+    """A file shipped with the workflow, `rel` from this folder, found wherever the workflow lives.
+
+    In a local checkout it is written relative to the working directory when the workflow lives
+    inside it (the usual clone): Snakemake records every job's input paths, and an absolute path
+    would make a moved or copied project rerun from its first job ("set of input files has
+    changed"). A missing file keeps its path, for growlm.validate to name it. A workflow used as a
+    module from a remote repository goes through Snakemake's source cache."""
+    if not os.path.isdir(RULES_DIR):
+        return workflow.source_path(rel)
+    path = os.path.normpath(os.path.join(os.path.abspath(RULES_DIR), rel))
+    inside = os.path.relpath(path, os.getcwd())
+    return path if inside.startswith(os.pardir) else inside
+
+
+def bundled_path(file):
+    """A book of the bundled corpus (`bundled:` in a source)."""
+    return shipped(f"../resources/corpus/{file}")
+
+
+def source_file(source):
+    """The file a configured source is read from (None for a download: checked by its sha256)."""
+    if source.get("bundled"):
+        return Path(str(bundled_path(source["bundled"])))
+    return Path(source["path"]) if source.get("path") else None
+
+
+# every value, every combination of the sweep and every source, before any job (growlm.validate)
 try:
-    check_experiment(config, SWEEP)
-except ValueError as err:
+    SWEEP = check_config(
+        config,
+        Path(str(workflow.current_basedir)).parent / "schemas" / "config.schema.yaml",
+        resolve_source=source_file,
+        fill_defaults=lambda c: validate(c, schema="../schemas/config.schema.yaml"),
+    )
+except GrowlmError as err:
     raise WorkflowError(f"config error: {err}")
+
+# a run killed before this one left its lock: say how to continue (Snakemake checks the lock next)
+NOTICE = interrupted_run_notice(Path.cwd(), sys.argv)
+if NOTICE:
+    print(NOTICE, file=sys.stderr)
 
 LEVELS = sorted({int(s["level"]) for s in config["corpus"]["sources"]})
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
-# the books shipped with the workflow, found beside this file wherever the workflow lives
-BUNDLED = {
-    name: workflow.source_path(f"../resources/corpus/{s['bundled']}") for name, s in SOURCES.items() if s.get("bundled")
-}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
 if config["controls"]["single_member"]:
     # single-source chains and the schedules already use m_1 alone (or no member): no duplicate arm
@@ -138,7 +174,7 @@ def member_models(wildcards):
 def source_input(wildcards):
     src = SOURCES[wildcards.source]
     if src.get("bundled"):
-        return BUNDLED[wildcards.source]
+        return bundled_path(src["bundled"])
     if src.get("path"):
         return src["path"]
     return f"resources/downloads/{wildcards.source}.txt"
@@ -153,7 +189,7 @@ def level_sources(wildcards):
 
 
 def corpus_settings():
-    return {k: v for k, v in config["corpus"].items() if k != "sources"}
+    return canonical({k: v for k, v in config["corpus"].items() if k != "sources"})
 
 
 def small_train(wildcards):
@@ -177,7 +213,7 @@ def grow_params(wildcards):
         return schedule_settings(
             config, wildcards.method, n_embd=int(wildcards.d1), n_layer=int(wildcards.L1), seed=int(wildcards.seed)
         )
-    return {"members": member_dirs(wildcards), **grow_settings(config, wildcards.method, budgets=SWEEP["budgets"])}
+    return {"members": member_dirs(wildcards), **grow_settings(config, wildcards.method)}
 
 
 def training_resources():
@@ -223,5 +259,5 @@ def profile_params(wildcards):
         "train": train_settings(config, stage, seed=0),
         "model": model,
         "grown": GROWN.format(**c) if wildcards.kind == "refine" else None,
-        "settings": {k: v for k, v in config["profile"].items() if k != "tools"},  # the tool is the wildcard
+        "settings": canonical({k: v for k, v in config["profile"].items() if k != "tools"}),  # tool: the wildcard
     }

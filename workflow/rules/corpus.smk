@@ -14,7 +14,7 @@ rule fetch_source:
     conda:
         "../envs/growlm.yaml"
     params:
-        source=lambda wc: SOURCES[wc.source],
+        source=lambda wc: canonical(SOURCES[wc.source]),
     script:
         "../scripts/fetch_source.py"
 
@@ -29,7 +29,7 @@ rule download_source:
     conda:
         "../envs/growlm.yaml"
     params:
-        source=lambda wc: SOURCES[wc.source],
+        source=lambda wc: canonical(SOURCES[wc.source]),
     script:
         "../scripts/fetch_source.py"
 

@@ -26,7 +26,9 @@ rule report_figures:
         comparison="results/eval/comparison.csv",
         curves="results/eval/curves.csv",
         lr_sweep="results/eval/lr_sweep.csv",
+        description=shipped("../report/workflow.rst"),
     output:
+        summary="results/report/summary.rst",
         loss=report(
             "results/report/loss_vs_flops.svg",
             caption="../report/loss_vs_flops.rst",

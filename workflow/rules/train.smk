@@ -81,6 +81,7 @@ rule refine:
         **training_resources(),
     params:
         train=refine_train,
+        ramps=lambda wc: refine_ramps(config, wc.method, budgets=SWEEP["budgets"]),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
     script:
         "../scripts/refine.py"

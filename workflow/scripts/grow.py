@@ -18,5 +18,5 @@ with job_log(sm.log[0], sm.rule):
         apollo(**p, seed=int(wc.seed), train_file=sm.input.data, tokenizer_dir=tokenizer_dir, out_dir=out_dir)
     else:
         grow(member_dirs=p["members"], method=wc.method, n_embd=int(wc.d1), n_layer=int(wc.L1), seed=int(wc.seed),
-             options=p["options"], refine_steps=p["refine_steps"], optimizer_state=p["optimizer_state"],
+             options=p["options"], optimizer_state=p["optimizer_state"],
              data_file=sm.input.data, learned_batches=p.get("learned_batches"), out_dir=out_dir)

@@ -9,6 +9,6 @@ from growlm.jobs.train import refine
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
     torch.set_num_threads(sm.threads)
-    refine(train=sm.params.train, grown_dir=Path(sm.input.grown).parent, train_file=sm.input.train,
+    refine(train=sm.params.train, ramps=sm.params.ramps, grown_dir=Path(sm.input.grown).parent, train_file=sm.input.train,
            val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
            memory_limit_gb=sm.params.memory_limit_gb)

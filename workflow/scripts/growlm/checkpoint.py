@@ -23,15 +23,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import FSDPModule
 
+from growlm.errors import sha256
+
 MANIFEST = "manifest.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _rank() -> int:
@@ -140,7 +134,7 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
     (tmp / "state.json").write_text(json.dumps(state))
     files = ["model.safetensors", "optimizer.safetensors", "optimizer.json", "state.json"]
-    manifest = {"step": step, "files": {f: _sha256(tmp / f) for f in files}}
+    manifest = {"step": step, "files": {f: sha256(tmp / f) for f in files}}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
@@ -167,7 +161,7 @@ def verify(path: Path) -> str | None:
         f = path / name
         if not f.is_file():
             return f"{name} missing"
-        if _sha256(f) != digest:
+        if sha256(f) != digest:
             return f"{name} checksum mismatch"
     return None
 

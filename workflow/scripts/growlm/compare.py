@@ -14,24 +14,33 @@ rate tried and the one chosen. A win against an under-tuned baseline is no win.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, damaged, read_json
 from growlm.methods import is_single_member_control, members_used
 from growlm.tokens import load_tokens
 
 
+LEDGER_NUMBERS = ("step", "tokens", "flops", "wall_s", "train_loss", "val_loss", "peak_mem_mb")
+
+
 def read_ledger(path: str | Path) -> pd.DataFrame:
+    """A model's ledger (growlm.train): missing columns or rows are a one-line error naming it."""
     path = Path(path)
     if not path.is_file():
         raise GrowlmError(f"ledger {path} is missing")
-    df = pd.read_csv(path)
-    for col in ("step", "tokens", "flops", "wall_s", "train_loss", "val_loss", "peak_mem_mb"):
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise damaged(path, f"not a readable CSV: {str(err).splitlines()[0]}") from None
+    missing = [c for c in (*LEDGER_NUMBERS, "kind") if c not in df.columns]
+    if missing or df.empty or df["val_loss"].isna().all():
+        raise damaged(path, f"missing columns {missing}" if missing else "no evaluation rows")
+    for col in LEDGER_NUMBERS:
         df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
 
@@ -66,7 +75,9 @@ def unigram_loss(train_tokens: np.ndarray, test_tokens: np.ndarray, vocab_size: 
 
 
 def _metrics(path: Path, level: str = "1") -> dict:
-    m = json.loads(path.read_text())["levels"]
+    m = read_json(path).get("levels")
+    if not isinstance(m, dict):
+        raise damaged(path, "no per-level metrics")
     return m.get(level, {})
 
 
@@ -123,7 +134,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
-    growth = json.loads((grown_dir / "growth.json").read_text())
+    growth = read_json(grown_dir / "growth.json")
     # only the members the method used are its cost: a chain of single-source operators grows m_1 alone
     if growth.get("chain"):
         growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]

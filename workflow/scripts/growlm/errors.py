@@ -1,20 +1,64 @@
-"""The one exception type for problems a user can fix (bad config, missing file, NaN loss), and the
-boundaries where it becomes one line of text instead of a traceback.
+"""The one exception type for problems a user can fix (bad config, missing or damaged file, NaN loss),
+and the boundaries where it becomes one line of text instead of a traceback.
 
 Entry points catch it and print one line naming the cause; any other exception is our bug and keeps
 its traceback. `job_log` is that boundary for a workflow job (its output goes to the job's log);
-`user_errors` for a command-line entry point.
+`user_errors` for a command-line entry point. `damaged` is the error for a file a job reads that is
+not whole (it names the command that rebuilds it); `read_json` and `check_recorded_sha256` raise it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import hashlib
+import json
+import signal
 import sys
 from pathlib import Path
 
 
 class GrowlmError(Exception):
     """A user-facing problem: the message names the cause and what to do."""
+
+
+def damaged(path: str | Path, reason: str) -> GrowlmError:
+    """The error for a file a job reads that is not whole: it names the file, what is wrong, and the
+    one command that rebuilds it (Snakemake reruns the job that made it)."""
+    return GrowlmError(f"{path} is damaged ({reason}); rebuild it with `snakemake --cores 1 --force {path}`, "
+                       f"then run the workflow again")
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON file a job reads: missing or broken is a one-line error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise GrowlmError(f"{path} is missing; run the workflow to make it")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise damaged(path, f"not valid JSON: {err}") from None
+
+
+def sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def record_sha256(path: str | Path) -> None:
+    """Write `<path>.sha256` beside a file a job wrote, for `check_recorded_sha256` in later jobs."""
+    Path(f"{path}.sha256").write_text(sha256(path) + "\n")
+
+
+def check_recorded_sha256(path: str | Path) -> None:
+    """Raise the damaged-file error when `path`'s content is not what `record_sha256` recorded (a file
+    with no record, e.g. one written by hand, is taken as it is)."""
+    record = Path(f"{path}.sha256")
+    if record.is_file() and sha256(path) != record.read_text().strip():
+        raise damaged(path, "its content differs from the sha256 recorded when it was written")
 
 
 @contextlib.contextmanager
@@ -27,11 +71,23 @@ def user_errors(stage: str):
         sys.exit(1)
 
 
+def stop_with_parent() -> None:
+    """Linux: have this process get SIGTERM when its parent dies (a job whose Snakemake was killed
+    stops instead of running on as an orphan; a training job then writes a checkpoint first).
+    Elsewhere, or if the call is refused, nothing happens."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 @contextlib.contextmanager
 def job_log(log_file: str | Path, stage: str):
     """Send stdout and stderr to the job's log (its first line says which copy of the library runs);
     a GrowlmError becomes one line (in the log and on the terminal) and exit status 1, with no
-    traceback."""
+    traceback. The job stops when the Snakemake that started it dies (`stop_with_parent`)."""
+    stop_with_parent()
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", buffering=1) as fh:
         print(f"growlm {stage}: library {Path(__file__).resolve().parent}", file=fh, flush=True)

@@ -4,7 +4,7 @@ The workflow (`workflow/rules/common.smk`) imports this module while Snakemake p
 so it is torch-free. It turns the validated config into
 
 * the sweep: every (d0, L0, d1, L1, n, method, seed, budget, lr) combination (`normalise_sweep`);
-* the checks that stop a bad experiment before any job runs (`check_experiment`);
+* (the checks that stop a bad experiment before any job runs are in `growlm.validate`);
 * each job's settings, resolved from the config sections it depends on (`train_settings`,
   `model_settings`, `grow_settings`, ...). The rules declare exactly these as `params`, and the
   entry scripts pass only them (with the rule's wildcards, inputs and outputs) to the job functions
@@ -14,14 +14,11 @@ so it is torch-free. It turns the validated config into
 
 from __future__ import annotations
 
-import itertools
 
-from growlm.methods import OPERATORS, SCHEDULES, check_options, method_chain, methods
+from growlm.methods import OPERATORS, check_options, method_chain
 from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
-INT_SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "n_members", "seeds", "budgets")
-FLOAT_SWEEP_KEYS = ("lrs",)
 STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
 SHARED_TRAIN_KEYS = ("min_lr_ratio", "weight_decay", "grad_clip", "eval_interval", "eval_tokens", "checkpoint_every")
 
@@ -33,29 +30,6 @@ def _as_list(value) -> list:
 def lr_id(lr) -> str:
     """The path-safe id of a peak learning rate: 0.002 -> '0.002', 1e-05 -> '1e-05'."""
     return f"{float(lr):g}"
-
-
-def coerce_command_line(config: dict) -> None:
-    """Snakemake parses list items after `--config` as strings (`d0=[32,64]` gives ['32', '64']):
-    turn digit strings of the integer sweep keys into ints, in place, before validation."""
-    for key in INT_SWEEP_KEYS:
-        value = config.get(key)
-        if isinstance(value, str) and value.strip().isdigit():
-            config[key] = int(value)
-        elif isinstance(value, list):
-            config[key] = [int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in value]
-    for key in FLOAT_SWEEP_KEYS:
-        value = config.get(key)
-        items = value if isinstance(value, list) else [value] if isinstance(value, str) else None
-        if items is None:
-            continue
-        coerced = []
-        for v in items:
-            try:
-                coerced.append(float(v) if isinstance(v, str) else v)
-            except ValueError:
-                coerced.append(v)  # left for the schema to reject with its name
-        config[key] = coerced if isinstance(value, list) else coerced[0]
 
 
 def normalise_sweep(config: dict) -> dict:
@@ -76,38 +50,6 @@ def normalise_sweep(config: dict) -> dict:
     ):
         sweep["methods"] = list(config["methods"])
     return sweep
-
-
-def check_experiment(config: dict, sweep: dict) -> None:
-    """Raise ValueError naming the first inconsistent setting of the sweep."""
-    head_dim = config["model"]["head_dim"]
-    for key in ("d0", "d1"):
-        for d in sweep[key]:
-            if d % head_dim:
-                raise ValueError(f"{key}={d} is not a multiple of model.head_dim={head_dim}")
-    for d0, d1 in itertools.product(sweep["d0"], sweep["d1"]):
-        if d1 < d0:
-            raise ValueError(f"d1={d1} is smaller than d0={d0}: the grown model must be at least as wide")
-    for L0, L1 in itertools.product(sweep["L0"], sweep["L1"]):
-        if L1 < L0:
-            raise ValueError(f"L1={L1} is smaller than L0={L0}: the grown model must be at least as deep")
-    for m in sweep["methods"]:
-        for name in method_chain(m):
-            if name in SCHEDULES:
-                if len(method_chain(m)) > 1:
-                    raise ValueError(f"{name} is a training schedule and cannot be chained")
-                continue
-            if name not in OPERATORS:
-                raise ValueError(f"unknown growth method {name!r} in methods; known: "
-                                 f"{', '.join([*methods(), *SCHEDULES])}")
-    levels = {int(s["level"]) for s in config["corpus"]["sources"]}
-    for needed in (0, 1):
-        if needed not in levels:
-            raise ValueError(f"corpus.sources has no source of level {needed}")
-    names = [s["name"] for s in config["corpus"]["sources"]]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        raise ValueError(f"corpus.sources names must be unique; repeated: {', '.join(sorted(dupes))}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,22 +131,42 @@ def growth_options(config: dict, chain: list[str]) -> dict:
     return opts
 
 
-def grow_settings(config: dict, method: str, *, budgets: list[int]) -> dict:
+def grow_settings(config: dict, method: str) -> dict:
     """What a grow job of `method` (a chain id, maybe with the control suffix) reads: the operators'
-    options (mask ramps that end within the shortest refinement, a fifth of it unless configured),
-    the optimizer-state choice and, for learned operators, how to draw their level-1 batches."""
+    configured options, the optimizer-state choice and, for learned operators, how to draw their
+    level-1 batches. Nothing here depends on the large models' budgets: one grown model serves every
+    budget of the sweep (the mask ramps are the refinement's, `refine_ramps`)."""
     chain = method_chain(method)
     options = growth_options(config, chain)
-    steps = refine_steps(config, budgets)
-    for name in chain:
-        for key in OPERATORS[name].ramps:
-            options.setdefault(key, max(1, steps // 5))
     check_options(chain, options)
-    out = {"options": options, "optimizer_state": config["grow"]["optimizer_state"], "refine_steps": steps}
+    out = {"options": options, "optimizer_state": config["grow"]["optimizer_state"]}
     if any(OPERATORS[name].learned for name in chain):
         out["learned_batches"] = {"batch_size": config["train"]["large"]["batch_size"],
                                   "context": config["model"]["context"]}
-    return out
+    return canonical(out)
+
+
+def refine_ramps(config: dict, method: str, *, budgets: list[int]) -> dict:
+    """The mask-ramp lengths (refinement steps) of a grown model with growth masks (msg, concat):
+    as configured in `grow.options`, else a fifth of the shortest refinement of the sweep, so that
+    every refinement of the sweep starts the same way and ends as a plain GPT-2. Empty for methods
+    without ramps."""
+    chain = method_chain(method)
+    configured = growth_options(config, chain)
+    steps = refine_steps(config, budgets)
+    return canonical({key: configured.get(key, max(1, steps // 5)) for name in chain if name in OPERATORS
+                      for key in OPERATORS[name].ramps})
+
+
+def canonical(value):
+    """A params value with its mappings' keys sorted, so that Snakemake's rerun trigger (which
+    compares the values' text) sees meaning, not spelling: `{level: 1, name: a}` and
+    `{name: a, level: 1}` are the same setting."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
 
 
 def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, seed: int) -> dict:
@@ -214,9 +176,9 @@ def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, s
         vc = config["vcycle"]
         train = train_config(config, "large", seed=int(seed) + 104729, tokens=int(vc["tokens"]),
                              lr=float(vc["lr"])).run_settings()
-        return {"vcycle": dict(vc), "train": train, "model": model,
-                "memory_limit_gb": config["resources"]["memory_limit_gb"]}
+        return canonical({"vcycle": dict(vc), "train": train, "model": model,
+                          "memory_limit_gb": config["resources"]["memory_limit_gb"]})
     ap, t = config["apollo"], config["train"]
-    return {"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
-            "context": int(config["model"]["context"]), "weight_decay": float(t["weight_decay"]),
-            "grad_clip": float(t["grad_clip"])}
+    return canonical({"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
+                      "context": int(config["model"]["context"]), "weight_decay": float(t["weight_decay"]),
+                      "grad_clip": float(t["grad_clip"])})

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, check_recorded_sha256, damaged, record_sha256
 from growlm.shape import ModelShape
 from growlm.tokenizer import copy_tokenizer
 
@@ -94,6 +94,7 @@ def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: st
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
+    record_sha256(out_dir / "model.safetensors")
     if tokenizer_dir is not None:
         copy_tokenizer(tokenizer_dir, out_dir)
     if extra:
@@ -101,16 +102,19 @@ def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: st
 
 
 def load_model(model_dir: str | Path) -> GPT2LMHeadModel:
-    """Load a saved model with `AutoModelForCausalLM`, failing with a clear message."""
+    """Load a saved model with `AutoModelForCausalLM`, checked against the sha256 recorded when it
+    was saved; a missing or damaged file is a one-line error naming it."""
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise GrowlmError(f"no model at {model_dir} (config.json missing)")
-    if not (model_dir / "model.safetensors").is_file():
+    weights = model_dir / "model.safetensors"
+    if not weights.is_file():
         raise GrowlmError(f"model at {model_dir} has no model.safetensors")
+    check_recorded_sha256(weights)
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
     except Exception as err:  # corrupt safetensors, mismatched config
-        raise GrowlmError(f"cannot load the model at {model_dir}: {err}") from err
+        raise damaged(weights, f"the model does not load: {str(err).splitlines()[0][:200]}") from None
     return model
 
 

@@ -1,8 +1,13 @@
-"""Figures and tables for the Snakemake report (seaborn plots, HTML tables)."""
+"""The Snakemake report: its first page (the answer, a sentence per arm), figures and tables.
+
+`summary_sentences` turns `comparison.csv` into plain sentences: whether growing paid, with the cost
+ratio with the small models counted and free, whether M_1 reached M_0's final loss, the final losses
+and the controls. `write_summary` puts them above the workflow's description in the reST that the
+Snakefile gives Snakemake as the report's first page once it exists.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+from growlm.errors import read_json  # noqa: E402
 
 TABLE_STYLE = """<style>
 body { font-family: sans-serif; font-size: 13px; }
@@ -28,7 +35,7 @@ def _html_page(title: str, body: str) -> str:
 def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.DataFrame:
     rows = []
     for f in stats_files:
-        stats = json.loads(Path(f).read_text())
+        stats = read_json(f)
         per_source = stats.pop("sources")
         if isinstance(per_source, dict):  # sentences kept per source
             stats["sources"] = len(per_source)
@@ -46,6 +53,13 @@ def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.Dat
 
 def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
     """Validation loss against cumulative training FLOPs; M_1 starts at the small models' cost."""
+    fig = loss_vs_flops_figure(curves_csv, comparison_csv)
+    fig.savefig(out_svg, bbox_inches="tight")
+    plt.close(fig)
+
+
+def loss_vs_flops_figure(curves_csv, comparison_csv):
+    """The figure of `loss_vs_flops_plot`: a panel per size and budget, the legend beside it."""
     curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
     comp = pd.read_csv(comparison_csv)
     large = curves[~curves["arm"].str.startswith("m_")].copy()
@@ -76,18 +90,23 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
         ax.set_xlabel("cumulative training TFLOPs (M_1 includes the small models' cost)")
         ax.set_ylabel("validation loss, level 1 (nats/token)")
         ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}, budget {int(budget):,} tokens")
-        ax.legend(fontsize=7)
+        # the legend beside the panel, not over the curves
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
+    fig.set_size_inches(9.5 * ncols, 4.8 * nrows)
     fig.tight_layout()
-    fig.savefig(out_svg)
-    plt.close(fig)
+    return fig
 
 
+# the columns that decide first; the rest follow (all of them are in comparison.csv)
 COMPARISON_COLUMNS = {
-    "method": "method", "arm": "arm", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used", "seed": "seed",
-    "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
+    "method": "method", "arm": "arm", "reached": "reached M_0's loss",
+    "cost_ratio": "cost ratio (small counted)", "cost_ratio_small_free": "cost ratio (small models free)",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
+    "loss_gap_equal_flops": "loss gap at equal total FLOPs",
+    "seed": "seed", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used",
+    "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
     "m1_step0_val_loss": "M'_1 val loss at step 0",
     "m0_test_ppl": "M_0 test ppl", "m1_test_ppl": "M_1 test ppl",
     "m0_test_acc": "M_0 test acc", "m1_test_acc": "M_1 test acc",
@@ -95,8 +114,7 @@ COMPARISON_COLUMNS = {
     "ensemble_test_loss": "members' ensemble test loss (untrained)",
     "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
     "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
-    "cost_ratio": "cost ratio (small counted)", "cost_ratio_small_free": "cost ratio (small models free)",
-    "wall_ratio": "wall ratio (small counted)", "loss_gap_equal_flops": "loss gap at equal total FLOPs",
+    "wall_ratio": "wall ratio (small counted)",
 }
 
 
@@ -110,6 +128,8 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     view = view.rename(columns=COMPARISON_COLUMNS)
 
     def fmt(v):
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float):
             if v != v:
                 return "not reached"
@@ -197,7 +217,7 @@ def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
     """The memory plan every training job ran with (growlm.memory), one row per job."""
     rows = []
     for f in plan_files:
-        plan = json.loads(Path(f).read_text())
+        plan = read_json(f)
         rows.append({"job": str(Path(f).parent).replace("results/models/", ""),
                      "strategy": plan["strategy"], "devices": plan["n_devices"], "device": plan["device_type"],
                      "global batch": plan["global_batch"], "micro-batch": plan["micro_batch_size"],
@@ -210,3 +230,81 @@ def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
     html = df.to_html(index=False, float_format=lambda v: f"{v:.1f}", table_id="plans")
     Path(out_html).write_text(_html_page("Memory plans", f"<h3>Memory plan of every training job</h3>{html}"))
     return df
+
+
+# ----------------------------------------------------------------------------------------------
+# the first page: the answer
+# ----------------------------------------------------------------------------------------------
+
+def _ratio(mean: float, std: float, seeds: int) -> str:
+    return f"{mean:.2f}" + (f" ± {std:.2f}" if seeds > 1 and std == std else "")
+
+
+def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
+    seeds = g["seed"].nunique()
+    reached = int(g["reached"].sum())
+    m0, m1 = g["m0_final_val_loss"].mean(), g["m1_final_val_loss"].mean()
+    members = int(g["members_used"].iloc[0]) if "members_used" in g else 0
+    small = {0: "", 1: "the small model"}.get(members, "the small models")
+    what = {"grown from n members": f"grown from {members} members",
+            "grown from m_1 (single-source operator)": "grown from m_1 alone",
+            "control: m_1 only": "control: m_1 alone, fed n times",
+            "schedule (no small model)": "a schedule that reuses no small model"}.get(arm, arm)
+    head = f"**{method}** ({what})"
+    if reached == 0:
+        return (f"{head}: M_1 did not reach M_0's final validation loss within the budget; it ended at {m1:.3f} "
+                f"(M_0: {m0:.3f}).")
+    ok = g[g["reached"].astype(bool)]
+    counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
+    free = _ratio(ok["cost_ratio_small_free"].mean(), ok["cost_ratio_small_free"].std(), len(ok))
+    ratio, ratio_free = ok["cost_ratio"].mean(), ok["cost_ratio_small_free"].mean()
+    if ratio < 1:
+        verdict = "growing paid"
+    elif ratio_free < 1:
+        verdict = f"growing paid only if {small} cost nothing" if small else "growing did not pay"
+    else:
+        verdict = "growing did not pay"
+    whose = "the small model's" if members == 1 else "the small models'"
+    cost = (f"at {counted} of M_0's FLOPs counting {whose} training ({free} with {'it' if members == 1 else 'them'}"
+            f" free)" if small else f"at {counted} of M_0's FLOPs")
+    partly = f" (in {reached} of {seeds} seeds)" if reached < seeds else ""
+    return (f"{head}: {verdict}. M_1 reached M_0's final validation loss {cost}{partly} and ended at {m1:.3f} "
+            f"(M_0: {m0:.3f}).")
+
+
+def summary_sentences(comparison_csv) -> list[str]:
+    """The answer, one sentence per arm (grouped by sizes and budget), from comparison.csv."""
+    df = pd.read_csv(comparison_csv)
+    if df.empty:
+        return ["No comparison was made (the sweep has no grown model)."]
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    out = []
+    keys = ["d0", "L0", "d1", "L1", "n", "budget"]
+    for (d0, L0, d1, L1, n, budget), group in df.groupby(keys, sort=True):
+        seeds = group["seed"].nunique()
+        over = f", mean over {seeds} seeds" if seeds > 1 else ""
+        def layers(k):
+            return f"{k} layer{'s' if k != 1 else ''}"
+
+        out.append(f"M_0 (width {d1}, {layers(L1)}) trained from scratch for {int(budget):,} tokens ends at "
+                   f"validation loss {group['m0_final_val_loss'].mean():.3f}; each M_1 has the same size and budget "
+                   f"and starts from {n} small model{'s' if n != 1 else ''} of width {d0}, {layers(L0)}{over}:")
+        for (method, arm), g in group.groupby(["method", "arm"], sort=False):
+            out.append(_arm_sentence(method, arm, g))
+        if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():
+            out.append(f"The {n} members' untrained logit-average ensemble has test loss "
+                       f"{group['ensemble_test_loss'].mean():.3f} on level 1.")
+    return out
+
+
+def write_summary(comparison_csv, description_rst, out_rst) -> None:
+    """The report's first page (reST): the answer, then the workflow's description."""
+    lines = ["growlm: does growing pay?", "=" * 25, ""]
+    for sentence in summary_sentences(comparison_csv):
+        prefix = "" if sentence.startswith("M_0 (") or sentence.startswith("The ") else "* "
+        lines += [prefix + sentence, ""]
+    lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "
+              "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. The table "
+              "under *Comparison* holds every number; ``results/eval/comparison.csv`` every column.", "",
+              "The experiment", "--------------", "", ""]
+    Path(out_rst).write_text("\n".join(lines) + Path(description_rst).read_text())

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from growlm.distributed import wrap_model
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, stop_with_parent
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
 from growlm.shape import ModelShape
@@ -164,7 +164,7 @@ def run_torchrun(nproc: int, *, model_spec: dict, cfg: TrainConfig, train_file, 
         args += ["--tokenizer-dir", tokenizer_dir]
     cmd = launch_command(nproc, args)
     log(f"launching {nproc} processes: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, env=_package_env())
+    proc = subprocess.run(cmd, env=_package_env(), preexec_fn=stop_with_parent)  # stops with this job
     if proc.returncode != 0:
         raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes from "
                           f"{ckpt} when rerun")

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, damaged
 
 EOS = "<|endoftext|>"
 FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -68,7 +68,7 @@ def load_tokenizer(tokenizer_dir: str | Path) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as err:  # a truncated or corrupt file
-        raise GrowlmError(f"tokenizer {path} is unreadable ({err}); delete it and rerun to rebuild it") from None
+        raise damaged(path, f"not a readable tokenizer: {err}") from None
 
 
 def vocab_size(tokenizer_dir: str | Path) -> int:

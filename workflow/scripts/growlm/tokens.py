@@ -1,7 +1,8 @@
 """Tokenised splits on disk: one flat array of token ids per split, memory-mapped by every job.
 
 Each split of each level is stored once as a `.npy` array of uint16 token ids, sentences separated
-by the end-of-text token. No torch: the encoding jobs import only `tokenizers` and numpy.
+by the end-of-text token, with its sha256 beside it (`.npy.sha256`) so that a damaged file is named
+before a job trains on it. No torch: the encoding jobs import only `tokenizers` and numpy.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, check_recorded_sha256, damaged, record_sha256
 from growlm.tokenizer import eos_id
 
 
@@ -32,20 +33,22 @@ def encode_file(text_file: str | Path, tokenizer: Tokenizer, out_file: str | Pat
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     np.save(out_file, arr)
+    record_sha256(out_file)
     return int(arr.size)
 
 
 def load_tokens(path: str | Path) -> np.ndarray:
-    """Memory-map a token file written by `encode_file`."""
+    """Memory-map a token file written by `encode_file`, checked against the sha256 it recorded."""
     path = Path(path)
     if not path.is_file():
         raise GrowlmError(f"token file {path} does not exist")
     try:
         arr = np.load(path, mmap_mode="r")
     except Exception as err:
-        raise GrowlmError(f"token file {path} is unreadable: {err}") from err
+        raise damaged(path, f"not a readable .npy token file: {err}") from None
     if arr.ndim != 1 or arr.dtype != np.uint16:
-        raise GrowlmError(f"token file {path} is not a flat uint16 array")
+        raise damaged(path, f"not a flat uint16 array but {arr.dtype} of shape {arr.shape}")
+    check_recorded_sha256(path)
     return arr
 
 

@@ -7,8 +7,10 @@ clipping, a token budget, evaluation every `eval_interval` steps, a resumable ch
 (seed, step), so on CPU a resumed run is bitwise identical to an uninterrupted one.
 
 Grown models with growth masks (MSG, concat) expose `growth_step(step)`; the loop calls it before
-every step. SIGTERM and SIGUSR1 (SLURM's pre-emption warning) make the loop write a checkpoint
-after the current step and exit with status 75 so that Snakemake retries and resumes.
+every step. SIGTERM, SIGUSR1 (SLURM's pre-emption warning) and SIGINT (Ctrl-C) make the loop write a
+checkpoint after the current step and exit with status 75, so that a retry or the next run resumes
+there. A progress line (step, tokens/s, current and best validation loss, time left) goes to the
+log at every evaluation and at least every `PROGRESS_EVERY_S` seconds.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from growlm.train_config import TrainConfig
 LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "lr", "train_loss", "val_loss",
                   "peak_mem_mb", "kind"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
+PROGRESS_EVERY_S = 10.0  # at most this long between two progress lines in the log
 
 
 def _world() -> tuple[int, int]:
@@ -83,14 +86,14 @@ def peak_memory_mb(device: str) -> float:
 
 
 class _StopRequest:
-    """Remembers a SIGTERM/SIGUSR1 so the loop can checkpoint and exit between steps."""
+    """Remembers a SIGTERM, SIGUSR1 or SIGINT so the loop can checkpoint and exit between steps."""
 
     def __init__(self):
         self.signal = None
         self._old = {}
 
     def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread
@@ -123,6 +126,36 @@ def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
     return t.to(device)
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class _Progress:
+    """The log's progress line: step/total, tokens/s, training and validation loss, time left."""
+
+    def __init__(self, total_steps: int, tokens_per_step: int, log, start_step: int):
+        self.total, self.tokens_per_step, self.log = total_steps, tokens_per_step, log
+        self.last_t, self.last_step = time.perf_counter(), start_step
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last_t >= PROGRESS_EVERY_S
+
+    def line(self, done: int, train_loss: float | None, rows: list[dict], lr: float) -> None:
+        now = time.perf_counter()
+        rate = (done - self.last_step) / (now - self.last_t) if now > self.last_t and done > self.last_step else 0.0
+        evals = [(r["val_loss"], r["step"]) for r in rows if r.get("val_loss") != ""]
+        val = f"val {evals[-1][0]:.4f} (best {min(evals)[0]:.4f} at step {min(evals)[1]})" if evals else "val -"
+        left = f"{_duration((self.total - done) / rate)} left" if rate > 0 else ""
+        self.log(" | ".join(x for x in [
+            f"step {done}/{self.total} ({100 * done / self.total:.0f}%)",
+            f"{rate * self.tokens_per_step:,.0f} tok/s" if rate > 0 else "",
+            f"train {train_loss:.4f}" if train_loss is not None else "", val, f"lr {lr:.2e}", left] if x))
+        self.last_t, self.last_step = now, done
+
+
 def _write_ledger(path: Path, rows: list[dict]) -> None:
     if _world()[0] != 0:  # under torchrun only rank 0 writes files
         return
@@ -133,6 +166,17 @@ def _write_ledger(path: Path, rows: list[dict]) -> None:
         for r in rows:
             w.writerow({k: r.get(k, "") for k in LEDGER_COLUMNS})
     os.replace(tmp, path)
+
+
+def _nan_advice(ckpt_dir, cfg: TrainConfig) -> str:
+    """What the NaN message says about checkpoints: what is really in `ckpt_dir`."""
+    kept = sorted(Path(ckpt_dir).glob("step_*"))
+    if not kept:
+        return (f"No checkpoint was written before it (the first comes at step {cfg.checkpoint_every}). Lower the "
+                f"peak learning rate ({cfg.lr:g}) or check the data, then run the workflow again.")
+    return (f"The checkpoint of step {int(kept[-1].name.split('_')[1])} is kept in {ckpt_dir}, but a rerun with "
+            f"the same settings resumes there and meets the same loss; lower the peak learning rate ({cfg.lr:g}) "
+            f"or tighten train.grad_clip, then run the workflow again (the job then starts over).")
 
 
 def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarray, cfg: TrainConfig,
@@ -168,7 +212,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     run_id = checkpoint.fingerprint(model, cfg.run_settings())
     state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, fingerprint=run_id)
     if state is None:
-        state = {"step": 0, "wall_s": 0.0, "rows": []}
+        state = {"step": 0, "wall_s": 0.0, "rows": [], "running": None}
         if cfg.init_moments:
             n = apply_moments(model, optimizer, cfg.init_moments)
             log(f"AdamW starts from carried-over moments for {n} parameters ({cfg.init_moments})")
@@ -192,13 +236,15 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
         rows.append(row)
         return row
 
+    progress = _Progress(cfg.steps, tokens_per_step, log, start_step)
     if start_step == 0 and not rows:
         if hasattr(core, "growth_step"):
             core.growth_step(0)
-        row = record(0, None, "eval")
-        log(f"step 0/{cfg.steps}: val_loss {row['val_loss']:.4f}")
+        record(0, None, "eval")
+        progress.line(0, None, rows, lr_at(0, cfg))
 
-    running, step = None, start_step
+    # the training loss's running average is part of the run: a resumed run continues it exactly
+    running, step = state.get("running"), start_step
     # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profiling.driver.profile_run)
     profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
     with _StopRequest() as stop, profiler_ctx:
@@ -232,7 +278,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             if not math.isfinite(loss_value):
                 _write_ledger(ledger_path, rows)
                 raise GrowlmError(f"loss is {loss_value} at step {step + 1}; training stopped. "
-                                  f"The last good checkpoint is kept in {ckpt_dir}")
+                                  + _nan_advice(ckpt_dir, cfg))
             with phase("optimizer"):
                 if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -245,21 +291,24 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             done = step + 1
             is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
             if is_eval:
-                row = record(done, running, "eval")
-                log(f"step {done}/{cfg.steps}: train_loss {running:.4f} val_loss {row['val_loss']:.4f} "
-                    f"lr {lr:.2e} wall {row['wall_s']:.1f}s")
+                record(done, running, "eval")
+                progress.line(done, running, rows, lr)
             elif done <= cfg.dense_log_steps:
                 record(done, loss_value, "train")
+            if not is_eval and progress.due():
+                progress.line(done, running, rows, lr)
             if done % cfg.checkpoint_every == 0 or stopping:
                 _write_ledger(ledger_path, rows)
                 checkpoint.save_checkpoint(ckpt_dir, done, model, optimizer,
-                                           {"step": done, "wall_s": wall(), "rows": rows, "fingerprint": run_id})
+                                           {"step": done, "wall_s": wall(), "rows": rows, "running": running,
+                                            "fingerprint": run_id})
             profiler_step()
             if step_callback is not None:
                 step_callback(done)
             if stopping:
-                log(f"received signal {stop.signal or 'on another rank'} after step {done}: checkpoint written, exiting "
-                    f"with status {PREEMPTED_EXIT} so that the job is retried and resumes")
+                name = signal.Signals(stop.signal).name if stop.signal else "a stop request on another rank"
+                log(f"{name} after step {done}/{cfg.steps}: checkpoint written to {ckpt_dir}; exiting with status "
+                    f"{PREEMPTED_EXIT}. Run the workflow again (the same snakemake command) to continue from it.")
                 sys.exit(PREEMPTED_EXIT)
     _write_ledger(ledger_path, rows)
     if cfg.save_moments and rank == 0:

@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import GPT2LMHeadModel
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, check_recorded_sha256, damaged, read_json, record_sha256
 from growlm.growth.masked import GrownGPT2
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain
@@ -112,6 +112,7 @@ def save_grown(model, out_dir) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(model, GPT2LMHeadModel):
         model.save_pretrained(out_dir, safe_serialization=True)
+        record_sha256(out_dir / "model.safetensors")
         (out_dir / GROWN_JSON).unlink(missing_ok=True)
         return
     if isinstance(model, GrownGPT2):
@@ -119,6 +120,7 @@ def save_grown(model, out_dir) -> None:
             (out_dir / stale).unlink(missing_ok=True)
         meta, tensors = model.export()
         save_file(tensors, str(out_dir / GROWN_TENSORS))
+        record_sha256(out_dir / GROWN_TENSORS)
         (out_dir / GROWN_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True))
         return
     raise GrowlmError(f"cannot save a grown model of type {type(model).__name__}")
@@ -128,10 +130,15 @@ def load_grown(out_dir):
     """Load what `save_grown` wrote (a GPT2LMHeadModel or a GrownGPT2)."""
     out_dir = Path(out_dir)
     if (out_dir / GROWN_JSON).is_file():
-        meta = json.loads((out_dir / GROWN_JSON).read_text())
+        meta = read_json(out_dir / GROWN_JSON)
         if meta.get("class") != "GrownGPT2":
-            raise GrowlmError(f"{out_dir / GROWN_JSON}: unknown grown-model class {meta.get('class')!r}")
-        if not (out_dir / GROWN_TENSORS).is_file():
+            raise damaged(out_dir / GROWN_JSON, f"unknown grown-model class {meta.get('class')!r}")
+        tensors = out_dir / GROWN_TENSORS
+        if not tensors.is_file():
             raise GrowlmError(f"grown model at {out_dir} has no {GROWN_TENSORS}")
-        return GrownGPT2.restore(meta, load_file(str(out_dir / GROWN_TENSORS)))
+        check_recorded_sha256(tensors)
+        try:
+            return GrownGPT2.restore(meta, load_file(str(tensors)))
+        except Exception as err:  # a truncated file, tensors that do not fit the description
+            raise damaged(tensors, f"the grown model does not load: {str(err).splitlines()[0][:200]}") from None
     return load_model(out_dir)

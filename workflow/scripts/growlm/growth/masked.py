@@ -66,6 +66,14 @@ class GrownGPT2(nn.Module):
         self.c_cross = ramp(step, self.spec["ramp_steps"]) if self.spec["cross_masked"] else 1.0
         self.c_ln = ramp(step, self.spec["ln_ramp_steps"]) if self.has_groups else 1.0
 
+    def set_ramps(self, *, ramp_steps: int | None = None, ln_ramp_steps: int | None = None) -> None:
+        """Set the ramp lengths (refinement steps); the refinement does, to fit its own length."""
+        if ramp_steps is not None:
+            self.spec["ramp_steps"] = int(ramp_steps)
+        if ln_ramp_steps is not None:
+            self.spec["ln_ramp_steps"] = int(ln_ramp_steps)
+        self.growth_step(self.step)
+
     @property
     def ramp_done(self) -> bool:
         return self.c_mask >= 1.0 and self.c_cross >= 1.0 and self.c_ln >= 1.0

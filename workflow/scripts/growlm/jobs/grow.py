@@ -11,9 +11,11 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from growlm.data import BatchSampler
 from growlm.devices import choose_device
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, read_json
 from growlm.growth import grow as grow_models, save_grown
 from growlm.growth.moments import grow_moments
 from growlm.jobs.common import log
@@ -29,45 +31,58 @@ from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
 
 
-def operator_options(chain: list[str], options: dict, *, refine_steps: int, seed: int, data_file=None,
+def operator_options(chain: list[str], options: dict, *, seed: int, data_file=None,
                      learned_batches: dict | None = None) -> dict:
-    """The options a grow job passes to `grow()`: the configured ones (with the mask ramps the rule
-    resolved) and, for learned operators, their level-1 training batches. A ramp longer than the
-    shortest refinement is an error: the model could not become a plain GPT-2 by its end."""
+    """The options a grow job passes to `grow()`: the configured ones and, for learned operators,
+    their level-1 training batches. (The mask ramps are set by the refinement: `set_ramps`.)"""
     opts = dict(options)
     for name in chain:
         if OPERATORS[name].learned and "batches" not in opts and opts.get("steps", 1):
             sampler = BatchSampler(load_tokens(data_file), batch_size=learned_batches["batch_size"],
                                    context=learned_batches["context"], seed=seed + 7919)
             opts["batches"] = [sampler.batch(i)[0] for i in range(int(opts.get("steps", 100)))]
-    for name in chain:
-        for key in OPERATORS[name].ramps:
-            if opts.get(key, 0) > refine_steps:
-                raise GrowlmError(f"grow.options {key}={opts[key]} is longer than the refinement ({refine_steps} "
-                                  "steps): the grown model could not become a plain GPT-2 by the end of training")
     return opts
 
 
-def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict,
-         refine_steps: int, out_dir, optimizer_state: str = "fresh", data_file=None,
-         learned_batches: dict | None = None) -> None:
+def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=None) -> None:
+    """A grown model must hold finite weights and compute finite logits; else the grow job stops,
+    naming the operator and the options it was given (nothing is saved)."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if k != "batches") or "its default options"
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    context = int(model.config.n_positions)
+    tokens = load_tokens(data_file) if data_file is not None else None
+    if not bad and tokens is not None and tokens.size >= context:
+        rows = min(2, tokens.size // context)
+        x = torch.from_numpy(tokens[: rows * context].astype("int64")).reshape(rows, context)
+        with torch.no_grad():
+            if not torch.isfinite(model(input_ids=x).logits).all():
+                bad = ["its logits on a level-1 batch"]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise GrowlmError(f"{method} with {shown} grew a model with non-finite values ({bad[0]}{more}); nothing was "
+                          f"saved. Check the options of {method} in grow.options (a scale such as noise, cross_std or "
+                          f"init_std that is too large overflows)")
+
+
+def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
+         optimizer_state: str = "fresh", data_file=None, learned_batches: dict | None = None) -> None:
     """Combine the trained members into M'_1 with a growth operator; record its cost. With
     `optimizer_state="carry"` the members' AdamW moments are grown too (growlm.growth.moments)."""
     chain = method_chain(method)
-    options = operator_options(chain, options, refine_steps=refine_steps, seed=seed, data_file=data_file,
-                               learned_batches=learned_batches)
+    options = operator_options(chain, options, seed=seed, data_file=data_file, learned_batches=learned_batches)
     members = [load_model(d) for d in member_dirs]
     t0 = time.perf_counter()
     with phase("grow"):
         grown = grow_models(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
                             seed=seed, **options)
     wall = time.perf_counter() - t0
+    check_finite(grown, method, options, data_file)
     flops = int(getattr(grown, "growlm_growth_flops", 0))
     save_grown(grown, out_dir)
     used = member_dirs[:members_used(chain, len(member_dirs))]  # a single-source chain grows m_1 only
     member_cost = []
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
-        meta = json.loads((Path(d) / "growlm.json").read_text())
+        meta = read_json(Path(d) / "growlm.json")
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
     carried = {}
     if optimizer_state == "carry":

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from growlm.devices import choose_device
+from growlm.errors import GrowlmError, read_json
 from growlm.growth import load_grown
 from growlm.jobs.common import checkpoint_dir_for, log
 from growlm.model import build_model, save_model
@@ -90,15 +91,24 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
                           info={**info, "shard": shard})
 
 
-def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir,
+def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
            memory_limit_gb: float | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up,
-    or the members' carried-over moments when the grow job grew them)."""
+    or the members' carried-over moments when the grow job grew them). `ramps`: the mask-ramp lengths
+    of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
+    this refinement."""
     model = load_grown(grown_dir)
-    growth = json.loads((Path(grown_dir) / "growth.json").read_text())
+    growth = read_json(Path(grown_dir) / "growth.json")
     cfg = TrainConfig.from_dict(train, device=choose_device())
+    if ramps and hasattr(model, "set_ramps"):
+        too_long = {k: v for k, v in ramps.items() if v > cfg.steps}
+        if too_long:
+            raise GrowlmError(f"mask ramps {too_long} are longer than this refinement ({cfg.steps} steps): the "
+                              "grown model could not become a plain GPT-2 by its end; shorten them in grow.options")
+        model.set_ramps(**ramps)
+        log(f"mask ramps: {ramps} (refinement steps)")
     if growth.get("optimizer_state") == "carry":
         cfg.init_moments = str(Path(grown_dir) / growth["moments"])
     return train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
                           tokenizer_dir=tokenizer_dir, memory_limit_gb=memory_limit_gb,
-                          info={"role": "refined", "growth": growth, "data_seed": cfg.seed})
+                          info={"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed})

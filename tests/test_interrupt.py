@@ -1,0 +1,118 @@
+"""After an interruption the user is told the one command that continues, and nothing is lost.
+
+kill -9 of Snakemake: its training job does not run on as an orphan; it gets SIGTERM, writes a
+checkpoint and stops. The next run prints the command that continues (Snakemake's lock is left
+behind; incomplete outputs are made again, `rerun-incomplete` in the workflow profile), and that
+command resumes the job from its checkpoint. Ctrl-C (SIGINT to the process group): the job stops at a
+checkpoint instead of being lost, says so, and the next plain run resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SNAKEMAKE, TINY, copy_workflow
+
+LONG = """
+n: [1]
+methods: [[hyperclone, zero_block]]
+controls: {single_member: false, ensemble: false}
+profile: {tools: []}
+train: {small: {tokens: 1500000}, checkpoint_every: 200}  # about 15 s of training
+"""
+TARGET = "results/models/small/d16_L1/s0/m1/model.safetensors"
+LOG = "results/logs/train_small/d16_L1_s0_m1.log"
+
+
+def start(wd: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [*SNAKEMAKE, "--cores", "1", TARGET, "--configfile", str(TINY), str(wd / "long.yaml"), *extra]
+    return subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+
+
+def wait_for_training(wd: Path, timeout: float = 240) -> None:
+    """Until the member's job has trained past its first checkpoint."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = wd / LOG
+        steps = [int(s) for s in re.findall(r"\] step (\d+)/", log.read_text())] if log.is_file() else []
+        if steps and max(steps) >= 300:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the training job did not get going:\n{(wd / LOG).read_text() if (wd / LOG).is_file() else ''}")
+
+
+def job_processes(wd: Path) -> list[int]:
+    """Processes of this workflow's training scripts (Snakemake runs each job's script directly)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            if "train_small" in cmd and os.readlink(proc / "cwd") == str(wd):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def long_run(tmp_path):
+    wd = copy_workflow(tmp_path / "wf").resolve()
+    (wd / "long.yaml").write_text(LONG)
+    return wd
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_kill_9_of_snakemake_stops_the_job_and_the_next_run_says_how_to_continue(long_run):
+    wd = long_run
+    proc = start(wd)
+    wait_for_training(wd)
+    assert job_processes(wd)
+    os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone, as `kill -9 <pid>` would
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while job_processes(wd) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not job_processes(wd), "the training job ran on after Snakemake was killed"
+    log = (wd / LOG).read_text()
+    assert re.search(r"SIGTERM after step \d+/\d+: checkpoint written", log), log[-2000:]
+    assert list((wd / ".snakemake" / "locks").glob("*.lock")), "expected Snakemake's lock to be left behind"
+
+    again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", TARGET, "--configfile", str(TINY), str(wd / "long.yaml")],
+                           cwd=wd, capture_output=True, text=True)
+    notice = re.search(r"this command continues the run:\n    (.+)", again.stderr)
+    assert notice, again.stdout[-2000:] + again.stderr[-2000:]
+    command = notice.group(1)
+    assert "--unlock && " in command and "-n" in command
+    # the printed command, as the user would paste it, without the dry-run flag of this check
+    done = subprocess.run(command.replace(" -n ", " "), shell=True, cwd=wd, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (wd / TARGET).is_file()
+    assert re.search(r"resumed from checkpoint step_\d+", (wd / LOG).read_text())
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_training_job_at_a_checkpoint(long_run):
+    wd = long_run
+    proc = start(wd)
+    wait_for_training(wd)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    log = (wd / LOG).read_text()
+    assert re.search(r"SIGINT after step \d+/\d+: checkpoint written to .*Run the workflow again", log), log[-2000:]
+    assert "Run the workflow again" in out  # Snakemake shows the failed job's log (show-failed-logs)
+    done = subprocess.run([*SNAKEMAKE, "--cores", "1", TARGET, "--configfile", str(TINY), str(wd / "long.yaml")],
+                          cwd=wd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.search(r"resumed from checkpoint step_\d+", (wd / LOG).read_text())

@@ -1,0 +1,120 @@
+"""Every command printed in the README runs, so the documentation cannot drift from what works.
+
+The commands are the lines of the README's ```bash blocks. Each must match one of the ways below to
+run it: long runs as a dry run, the report on the tiny experiment's finished run (the tiny config is
+added where a real run is needed), the rest for real. A README command that matches none fails the
+test, so a new command cannot go unchecked.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SNAKEMAKE, TINY, copy_workflow, job_counts, run_snakemake
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, flags=re.M | re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def snakemake_args(command: str) -> list[str]:
+    """`.venv/bin/snakemake ARGS` -> ARGS (the tests run Snakemake with their own interpreter)."""
+    words = shlex.split(command)
+    assert words[0] == ".venv/bin/snakemake", command
+    return words[1:]
+
+
+def dry_run(command: str, wd: Path) -> None:
+    """A long run, as a dry run: the DAG must build (every check passes) and hold jobs."""
+    proc = run_snakemake(wd, *snakemake_args(command), "-n", "--quiet", "rules")
+    assert job_counts(proc.stdout), proc.stdout[-2000:]
+
+
+def setup_and_run_and_report(command: str, wd: Path, tiny_run: Path) -> None:
+    setup, run, report = (part.strip() for part in command.split("&&"))
+    assert setup == "bash setup.sh"
+    subprocess.run(["bash", "-n", str(REPO / "setup.sh")], check=True)  # it ran before these tests: CI's set-up
+    dry_run(run, wd)  # the default experiment: 9 minutes, so a dry run
+    done = tiny_run.parent / "report-run"
+    shutil.copytree(tiny_run, done, symlinks=True)
+    run_snakemake(done, *snakemake_args(report), "--configfile", str(TINY))
+    assert (done / "results" / "report.html").stat().st_size > 100_000
+
+
+def setup_and_test(command: str, wd: Path, tiny_run: Path) -> None:
+    """The test command is what CI runs: `.ci/run` holds it word for word (this suite is its run)."""
+    assert command in (REPO / ".ci" / "run").read_text()
+
+
+def follow_logs(command: str, wd: Path, tiny_run: Path) -> None:
+    """`tail -f` of the training logs: every pattern names logs a real run writes."""
+    patterns = shlex.split(command)[2:]
+    for pattern in patterns:
+        found = glob.glob(str(tiny_run / pattern))
+        assert found, f"{pattern} matches no log of the tiny run"
+        assert any("] step " in Path(f).read_text() for f in found)
+
+
+def profiling_cli(command: str, wd: Path, tiny_run: Path) -> None:
+    words = shlex.split(command)
+    assert words[0] == ".venv/bin/python"
+    proc = subprocess.run([sys.executable, *words[1:]], cwd=wd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = wd / words[words.index("growlm.profiling") + 2]
+    assert (out / "phases.csv").is_file() and (out / "summary.csv").is_file()
+
+
+def snakedeploy(command: str, wd: Path, tiny_run: Path) -> None:
+    """Deploy from a local copy instead of the URL (no network here); the deployed folder dry-runs."""
+    words = shlex.split(command)
+    src = copy_workflow(wd.parent / "growlm")
+    dest = wd.parent / words[3]
+    words = [str(Path(sys.executable).parent / "snakedeploy"), words[1], str(src), str(dest), *words[4:]]
+    subprocess.run(words, check=True, capture_output=True, timeout=120)
+    snakefile = dest / "workflow" / "Snakefile"
+    snakefile.write_text(snakefile.read_text().replace('"workflow/Snakefile"', f'"{src / "workflow" / "Snakefile"}"'))
+    proc = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--quiet", "rules"], cwd=dest, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and job_counts(proc.stdout), proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+HANDLERS = [
+    (r"bash setup\.sh && \.venv/bin/snakemake --cores 2 && \.venv/bin/snakemake --report \S+", setup_and_run_and_report),
+    (r"bash setup\.sh && \.venv/bin/python -m pytest .*", setup_and_test),
+    (r"\.venv/bin/snakemake .*", lambda command, wd, tiny_run: dry_run(command, wd)),
+    (r"tail -f .*", follow_logs),
+    (r"\.venv/bin/python -m growlm\.profiling .*", profiling_cli),
+    (r"\.venv/bin/snakedeploy deploy-workflow .*", snakedeploy),
+]
+
+
+def handler(command: str):
+    for pattern, run in HANDLERS:
+        if re.fullmatch(pattern, command):
+            return run
+    return None
+
+
+def test_every_readme_command_has_a_way_to_run():
+    commands = readme_commands()
+    assert len(commands) >= 8, commands
+    unhandled = [c for c in commands if handler(c) is None]
+    assert not unhandled, f"README commands that no test runs: {unhandled}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command_runs(command, tiny_run, tmp_path):
+    run = handler(command)
+    assert run is not None, command
+    run(command, copy_workflow(tmp_path / "wf"), tiny_run)

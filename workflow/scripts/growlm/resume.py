@@ -1,0 +1,56 @@
+"""What an interrupted run left behind, and the one command that continues it.
+
+Killing Snakemake (kill -9, a closed terminal, a lost login node) leaves its lock in
+`.snakemake/locks/`; the next run then stops with a LockException. Its jobs do not run on as
+orphans: every job stops when its Snakemake dies (`growlm.errors.stop_with_parent`), a training job
+after writing a checkpoint, and the workflow profile sets `rerun-incomplete`, so the job's
+half-written outputs are simply made again, resuming from that checkpoint. What is left is the lock:
+`interrupted_run_notice`, called while the Snakefile is parsed (before Snakemake checks the lock),
+sees a lock that no running Snakemake holds and prints the one command that continues the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+
+def _snakemake_running_in(workdir: Path) -> bool:
+    """Whether another Snakemake process on this machine works in `workdir` (Linux's /proc)."""
+    me = {os.getpid(), os.getppid()}
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) in me:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "snakemake" not in cmdline:
+                continue
+            if Path(os.readlink(proc / "cwd")).resolve() == workdir:
+                return True
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return False
+
+
+def snakemake_program(argv: list[str]) -> str:
+    """How Snakemake was started: its script (`.venv/bin/snakemake`) or `python -m snakemake`."""
+    return argv[0] if Path(argv[0]).name == "snakemake" else f"{sys.executable} -m snakemake"
+
+
+def interrupted_run_notice(workdir: str | Path, argv: list[str]) -> str | None:
+    """A message with the command that continues an interrupted run, if `workdir` holds a lock that no
+    running Snakemake on this machine holds; None otherwise (and on systems without /proc)."""
+    workdir = Path(workdir).resolve()
+    if not list((workdir / ".snakemake" / "locks").glob("*.lock")) or not Path("/proc/self").exists():
+        return None
+    if any(a in ("--unlock", "--executor=slurm-jobstep") for a in argv) or "slurm-jobstep" in argv:
+        return None
+    if _snakemake_running_in(workdir):
+        return None
+    prog = snakemake_program(argv)
+    again = " ".join([prog, *map(shlex.quote, argv[1:])])
+    return ("growlm: a previous run in this folder was interrupted and left Snakemake's lock (no Snakemake is "
+            "running here now). Its jobs stopped at their last checkpoint; this command continues the run:\n"
+            f"    {prog} --unlock && {again}")

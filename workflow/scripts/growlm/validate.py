@@ -1,0 +1,340 @@
+"""Checking an experiment before any job runs: every value, every combination, every source.
+
+The workflow calls `check_config` while Snakemake parses the Snakefile (torch-free), at every run:
+
+1. `coerce`: values given on the command line arrive as strings (`--config 'model={head_dim: 32}'`
+   gives '32') or as floats (`budgets=1e6`, `d0=64.0`); they are read as YAML and turned into the
+   type the schema asks for, so a whole number written as a float is that number.
+2. `schema_problems`: the JSON schema (`workflow/schemas/config.schema.yaml`), each problem as one line
+   naming the key, the value and what would work (the allowed range or values, a close key name).
+3. `experiment_problems`: what the schema cannot say: head sizes, sizes that growth cannot reach,
+   every growth chain of the sweep with each operator's own constraints and option names
+   (`growlm.methods`), ramps longer than the shortest refinement, budgets smaller than one batch,
+   the V-cycle's factor, and the sources, which must exist and hold text.
+
+All problems are reported together in one `GrowlmError`, one line each.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from pathlib import Path
+from typing import Callable
+
+import jsonschema
+import yaml
+
+from growlm.errors import GrowlmError
+from growlm.experiment import normalise_sweep, refine_steps
+from growlm.methods import OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods, plan_chain
+from growlm.shape import ModelShape
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. command-line values as the schema's types
+# ----------------------------------------------------------------------------------------------
+
+def _parse_scalar(text: str):
+    """'32' -> 32, '1e6' -> 1000000.0, 'true' -> True, '[32, 64]' -> [32, 64], 'msg' -> 'msg'."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _types(schema: dict) -> set[str]:
+    t = schema.get("type", ())
+    return {t} if isinstance(t, str) else set(t)
+
+
+def coerce(value, schema: dict, defs: dict):
+    """`value` turned into what `schema` asks for where it can be (a copy; the original otherwise)."""
+    if "$ref" in schema:
+        schema = {**defs[schema["$ref"].rpartition("/")[2]], **{k: v for k, v in schema.items() if k != "$ref"}}
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            for option in schema[key]:
+                candidate = coerce(value, option, defs)
+                if _valid(candidate, option, defs):
+                    return candidate
+            return value
+    types = _types(schema)
+    if isinstance(value, str) and types & {"integer", "number", "boolean", "null", "array", "object"}:
+        parsed = _parse_scalar(value)
+        if not isinstance(parsed, str):
+            value = parsed
+    if isinstance(value, float) and "integer" in types and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and "number" in types and "integer" not in types:
+        value = float(value)
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        return {k: coerce(v, props[k], defs) if k in props else (coerce(v, extra, defs) if isinstance(extra, dict)
+                                                                 else v) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [coerce(v, schema["items"], defs) for v in value]
+    return value
+
+
+def _valid(value, schema: dict, defs: dict) -> bool:
+    return jsonschema.Draft202012Validator({**schema, "$defs": defs}).is_valid(value)
+
+
+def coerce_options(options: dict) -> dict:
+    """`grow.options` values as the types of each operator's defaults ('0.1' -> 0.1, '100' -> 100)."""
+    out = {}
+    for name, opts in options.items():
+        spec = OPERATORS.get(name)
+        if spec is None or not isinstance(opts, dict):
+            out[name] = opts
+            continue
+        fixed = {}
+        for key, value in opts.items():
+            default = spec.options.get(key)
+            if isinstance(value, str) and (default is None or isinstance(default, (bool, int, float))):
+                parsed = _parse_scalar(value)
+                value = parsed if default is None or type(parsed) in (type(default), int) else value
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            fixed[key] = value
+        out[name] = fixed
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. the schema, one line per problem
+# ----------------------------------------------------------------------------------------------
+
+def _hint(schema: dict, defs: dict) -> str:
+    """What would work, from the (sub)schema: allowed values or range, the description, the default."""
+    if "$ref" in schema:
+        schema = defs[schema["$ref"].rpartition("/")[2]]
+    parts = []
+    if "enum" in schema:
+        parts.append("one of " + ", ".join(map(str, schema["enum"])))
+    bounds = [f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else None,
+              f">= {schema['minimum']}" if "minimum" in schema else None,
+              f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else None,
+              f"<= {schema['maximum']}" if "maximum" in schema else None]
+    if any(bounds) or "type" in schema:
+        t = "/".join(sorted(_types(schema))) or ""
+        parts.append(" ".join(x for x in [t, *[b for b in bounds if b]] if x))
+    if "oneOf" in schema and not parts:
+        parts.append(" or ".join(_hint(s, defs) for s in schema["oneOf"]))
+    if schema.get("description"):
+        parts.append(str(schema["description"]).strip())
+    if "default" in schema:
+        parts.append(f"default {schema['default']!r}")
+    return "; ".join(p for p in parts if p)
+
+
+def _key(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(the config)"
+
+
+def schema_problems(config: dict, schema: dict) -> list[str]:
+    """Every place where `config` breaks `schema`, as 'key = value: what is wrong; what would work'."""
+    defs = schema.get("$defs", {})
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        where = _key(err.absolute_path)
+        if err.validator == "additionalProperties":
+            allowed = sorted(err.schema.get("properties", {}))
+            extra = [k for k in err.instance if k not in allowed] if isinstance(err.instance, dict) else []
+            for k in extra:
+                near = difflib.get_close_matches(k, allowed, n=1)
+                key = f"{where}.{k}" if err.absolute_path else k
+                why = f"; {err.schema['description'].strip()}" if err.schema.get("description") else ""
+                problems.append(f"{key}: unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+                                + f" (known here: {', '.join(allowed)}){why}")
+            continue
+        if err.validator == "required":
+            problems.append(f"{where}: {err.message}")
+            continue
+        hint = _hint(err.schema, defs)
+        problems.append(f"{where} = {err.instance!r}: {err.message.split(' is not valid under')[0]}"
+                        + (f"; expected {hint}" if hint else ""))
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. the experiment
+# ----------------------------------------------------------------------------------------------
+
+def _head_problems(config: dict, sweep: dict) -> list[str]:
+    head_dim = config["model"]["head_dim"]
+    out = []
+    for key in ("d0", "d1"):
+        for d in sweep[key]:
+            if d % head_dim:
+                up = (d // head_dim + 1) * head_dim
+                out.append(f"{key} = {d}: not a multiple of model.head_dim = {head_dim} (every model has whole heads "
+                           f"of that size); e.g. {key} = {up}")
+    return out
+
+
+def _size_problems(sweep: dict) -> list[str]:
+    out = []
+    for d0, d1 in itertools.product(sweep["d0"], sweep["d1"]):
+        if d1 < d0:
+            out.append(f"d1 = {d1}: smaller than d0 = {d0}; the grown model must be at least as wide (d1 >= {d0})")
+    for L0, L1 in itertools.product(sweep["L0"], sweep["L1"]):
+        if L1 < L0:
+            out.append(f"L1 = {L1}: smaller than L0 = {L0}; the grown model must be at least as deep (L1 >= {L0})")
+    return out
+
+
+def _suggest_width(shape: ModelShape, n: int, method, d1: int, L1: int, head_dim: int) -> str:
+    """'d1 = 96 would work' for the smallest width above d1 the chain reaches, if any within 8 x."""
+    for width in range(d1 + head_dim, 8 * max(d1, shape.d) + 1, head_dim):
+        try:
+            plan_chain(shape, n, method, n_embd=width, n_layer=L1)
+        except GrowlmError:
+            continue
+        return f"; d1 = {width} would work"
+    return ""
+
+
+def _method_problems(config: dict, sweep: dict) -> list[str]:
+    out = []
+    known = [*methods(), *SCHEDULES]
+    options = config["grow"]["options"]
+    for name in options:
+        if name not in OPERATORS:
+            near = difflib.get_close_matches(name, known, n=1)
+            out.append(f"grow.options.{name}: no growth operator of that name"
+                       + (f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(methods())})"))
+    for m in sweep["methods"]:
+        chain = method_chain(m)
+        for name in chain:
+            if name in SCHEDULES and len(chain) > 1:
+                out.append(f"methods: {m}: {name} is a training schedule and cannot be chained; list it alone")
+            elif name not in OPERATORS and name not in SCHEDULES:
+                near = difflib.get_close_matches(name, known, n=1)
+                out.append(f"methods: {m}: unknown growth method {name!r}"
+                           + (f"; did you mean {near[0]!r}?" if near else "") + f" (known: {', '.join(known)})")
+    if out:
+        return out
+    head_dim = config["model"]["head_dim"]
+    for m in sweep["methods"]:
+        chain = method_chain(m)
+        if chain[0] in SCHEDULES:
+            continue
+        configured = {k: v for name in chain for k, v in (options.get(name) or {}).items()}
+        try:
+            check_options(chain, configured)
+        except GrowlmError as err:
+            out.append(f"grow.options for {method_id(m)}: {err}")
+        if "batches" in configured:
+            out.append(f"grow.options for {method_id(m)}: batches are drawn by growlm from the level-1 training "
+                       f"split; set steps instead")
+        for d0, L0, d1, L1, n in itertools.product(sweep["d0"], sweep["L0"], sweep["d1"], sweep["L1"], sweep["n"]):
+            if d0 % head_dim or d1 % head_dim or d1 < d0 or L1 < L0:
+                continue  # said above
+            shape = ModelShape(n_embd=d0, n_layer=L0, n_head=d0 // head_dim,
+                               vocab_size=config["tokenizer"]["vocab_size"], n_positions=config["model"]["context"])
+            try:
+                plan_chain(shape, n, chain if len(chain) > 1 else chain[0], n_embd=d1, n_layer=L1)
+            except GrowlmError as err:
+                out.append(f"methods: {method_id(m)} with d0 = {d0}, L0 = {L0}, n = {n} -> d1 = {d1}, L1 = {L1}: {err}"
+                           + _suggest_width(shape, n, chain, d1, L1, head_dim))
+    return out
+
+
+def _budget_problems(config: dict, sweep: dict) -> list[str]:
+    out = []
+    t, context = config["train"], config["model"]["context"]
+    small = t["small"]
+    if small["tokens"] < small["batch_size"] * context:
+        out.append(f"train.small.tokens = {small['tokens']}: smaller than one batch of the members "
+                   f"({small['batch_size']} x {context} = {small['batch_size'] * context} tokens)")
+    batch = (t.get("refine") or {}).get("batch_size", t["large"]["batch_size"])
+    for budget in sweep["budgets"]:
+        for what, b in (("M_0", t["large"]["batch_size"]), ("the refinement", batch)):
+            if budget < b * context:
+                key = "budgets" if config.get("budgets") else "train.large.tokens"
+                out.append(f"{key} = {budget}: smaller than one batch of {what} ({b} x {context} = {b * context} "
+                           f"tokens)")
+    steps = refine_steps(config, sweep["budgets"])
+    for name, opts in config["grow"]["options"].items():
+        for key in OPERATORS[name].ramps if name in OPERATORS else ():
+            if (opts or {}).get(key, 0) > steps:
+                out.append(f"grow.options.{name}.{key} = {opts[key]}: longer than the shortest refinement ({steps} "
+                           f"steps), so the grown model could not become a plain GPT-2 by its end; use <= {steps}")
+    return out
+
+
+def _schedule_problems(config: dict, sweep: dict) -> list[str]:
+    out = []
+    ids = {method_id(m) for m in sweep["methods"]}
+    head_dim = config["model"]["head_dim"]
+    if "vcycle" in ids:
+        k = config["vcycle"]["factor"]
+        for d1, L1 in itertools.product(sweep["d1"], sweep["L1"]):
+            if d1 % k or L1 % k or (d1 // k) % head_dim:
+                out.append(f"vcycle.factor = {k}: does not divide d1 = {d1} and L1 = {L1} into a model of whole "
+                           f"heads of size {head_dim}; use a factor that divides both")
+    return out
+
+
+def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:
+    out = []
+    sources = config["corpus"]["sources"]
+    levels = {int(s["level"]) for s in sources}
+    for needed in (0, 1):
+        if needed not in levels:
+            out.append(f"corpus.sources: no source of level {needed} (the members train on level 0, the large "
+                       f"models on level 1)")
+    names = [s["name"] for s in sources]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        out.append(f"corpus.sources: the name {name!r} is used {names.count(name)} times; names must be unique")
+    for i, s in enumerate(sources):
+        path = resolve_source(s)
+        if path is None:
+            continue  # a download: checked against its sha256 when fetched
+        key = "bundled" if s.get("bundled") else "path"
+        if not Path(path).is_file():
+            out.append(f"corpus.sources[{i}] ({s['name']}): {key} {s[key]!r}: no such file ({path})")
+        elif Path(path).stat().st_size == 0:
+            out.append(f"corpus.sources[{i}] ({s['name']}): {key} {s[key]!r}: the file is empty ({path})")
+    return out
+
+
+def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:
+    """What the schema cannot say (see the module docstring), one line per problem."""
+    out = _head_problems(config, sweep) + _size_problems(sweep) + _corpus_problems(config, resolve_source)
+    out += _method_problems(config, sweep)
+    out += _budget_problems(config, sweep) + _schedule_problems(config, sweep)
+    return out
+
+
+def _raise(problems: list[str]) -> None:
+    if problems:
+        many = f"{len(problems)} problems:\n  - " if len(problems) > 1 else ""
+        raise GrowlmError(many + "\n  - ".join(problems))
+
+
+def check_config(config: dict, schema_file: str | Path, resolve_source: Callable[[dict], Path | None],
+                 fill_defaults: Callable[[dict], None]) -> dict:
+    """Coerce `config` in place, check it (raising one GrowlmError that lists every problem), fill
+    the schema's defaults (`fill_defaults`, Snakemake's validate) and return the normalised sweep."""
+    schema = yaml.safe_load(Path(schema_file).read_text())
+    config.update(coerce(dict(config), schema, schema.get("$defs", {})))
+    if isinstance(config.get("grow"), dict) and isinstance(config["grow"].get("options"), dict):
+        config["grow"]["options"] = coerce_options(config["grow"]["options"])
+    _raise(schema_problems(config, schema))
+    fill_defaults(config)
+    sweep = normalise_sweep(config)
+    _raise(experiment_problems(config, sweep, resolve_source))
+    return sweep
