@@ -27,6 +27,15 @@ def test_throughput_quick_prints_a_positive_ratio():
     assert float(m.group(1)) > 0
 
 
+def test_prep_bench_prints_rates_and_flat_memory_fields(tmp_path):
+    out = _run("bench/prep.py", "--sizes", "1", "2", "--sample-mb", "1", "--dir", str(tmp_path), timeout=300)
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"prep_mb_per_s=([0-9.]+) reference_mb_per_s=([0-9.]+) ratio=([0-9.]+) "
+                     r"peak_mb=1:(\d+)/(\d+),2:(\d+)/(\d+) cores=\d+", last)
+    assert m, out[-2000:]
+    assert all(float(v) > 0 for v in m.groups())
+
+
 def test_gpu_bench_cpu_smoke(tmp_path):
     out = _run("bench/gpu.py", "--cpu-smoke", "--out", str(tmp_path / "r.csv"))
     assert "MFU n/a" in out

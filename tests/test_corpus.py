@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from growlm import corpus
+from growlm import corpus, prepare
 from growlm.errors import GrowlmError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def synthetic_book(n: int, start: int = 0) -> str:
 
 def test_prepare_level_writes_splits_and_removes_duplicates(tmp_path):
     sources = [("a", synthetic_book(300)), ("b", synthetic_book(300, start=200))]  # 100 duplicates
-    stats = corpus.prepare_level(sources, tmp_path)
+    stats = prepare.prepare_level(sources, tmp_path)
     lines = {split: (tmp_path / f"{split}.txt").read_text(encoding="utf-8").splitlines() for split in corpus.SPLITS}
     every = [line for split in corpus.SPLITS for line in lines[split]]
     assert len(every) == len(set(every)) == 500
@@ -190,9 +190,9 @@ def test_prepare_level_writes_splits_and_removes_duplicates(tmp_path):
 
 def test_prepare_level_raises_on_empty_level(tmp_path):
     with pytest.raises(GrowlmError, match="pg1_empty"):
-        corpus.prepare_level([("pg1_empty", "[Illustration]\n\nLESSON I.\n\ncat   rat\n")], tmp_path)
+        prepare.prepare_level([("pg1_empty", "[Illustration]\n\nLESSON I.\n\ncat   rat\n")], tmp_path)
     with pytest.raises(GrowlmError, match="tiny"):  # two sentences cannot fill three splits
-        corpus.prepare_level([("tiny", "The cat sat on the mat.\n\nThe dog ran to the barn.")], tmp_path)
+        prepare.prepare_level([("tiny", "The cat sat on the mat.\n\nThe dog ran to the barn.")], tmp_path)
 
 
 def test_read_source_missing_file_names_it(tmp_path):
@@ -222,13 +222,16 @@ def test_download_source_checks_sha256(tmp_path):
 
 
 def test_bundled_corpus_levels(tmp_path):
-    files = sorted(CORPUS.glob("pg*.txt"))
-    assert len(files) == 27
+    import yaml
+
+    default = {s["bundled"] for s in yaml.safe_load((REPO / "config" / "config.yaml").read_text())["corpus"]["sources"]}
+    assert len(default) == 27 and len(list(CORPUS.glob("pg*.txt"))) == 36  # nine more for larger experiments
+    files = sorted(CORPUS / name for name in default)
     level0 = [(f.stem, corpus.read_source(f)) for f in files if f.stem in LEVEL0]
     level1 = [(f.stem, corpus.read_source(f)) for f in files if f.stem not in LEVEL0]
     assert len(level0) == 8 and len(level1) == 19
-    s0 = corpus.prepare_level(level0, tmp_path / "level0")
-    s1 = corpus.prepare_level(level1, tmp_path / "level1")
+    s0 = prepare.prepare_level(level0, tmp_path / "level0")
+    s1 = prepare.prepare_level(level1, tmp_path / "level1")
     assert 4000 < s0["sentences"] < s1["sentences"]
     assert s0["mean_sentence_words"] < 10 and s0["mean_sentence_words"] + 2 < s1["mean_sentence_words"]
     assert s0["flesch_kincaid_grade"] < s1["flesch_kincaid_grade"]

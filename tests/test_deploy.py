@@ -33,7 +33,7 @@ def test_snakedeploy_deploys_a_workflow_that_runs(tmp_path):
     assert '"workflow/Snakefile"' in text
     snakefile.write_text(text.replace('"workflow/Snakefile"', f'"{src / "workflow" / "Snakefile"}"'))
     counts = job_counts(run_snakemake(dest, "-n", "--cores", "1", "--quiet", "rules").stdout)
-    assert counts["train_small"] == 2 and counts["refine"] == 3 and counts["fetch_source"] == 27
+    assert counts["train_small"] == 2 and counts["refine"] == 3 and counts["prepare_source"] == 27
     # a real job: the bundled books are found in the source, and the rule's script imports the
     # library that lies beside it, not an installed copy
     hide = tmp_path / "hide_installed"
@@ -44,7 +44,7 @@ def test_snakedeploy_deploys_a_workflow_that_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/corpus/level0/stats.json"],
                           cwd=dest, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    log = (dest / "results" / "logs" / "clean_level" / "level0.log").read_text()
+    log = (dest / "results" / "logs" / "build_level" / "level0.log").read_text()
     assert f"library {src / 'workflow' / 'scripts' / 'growlm'}" in log, log[:500]
 
 

@@ -88,9 +88,22 @@ def snakedeploy(command: str, wd: Path, tiny_run: Path) -> None:
     assert proc.returncode == 0 and job_counts(proc.stdout), proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+def babylm(command: str, wd: Path, tiny_run: Path) -> None:
+    """BabyLM's files are a download: small files of the same names (one utterance a line) stand in."""
+    import yaml
+
+    overlay = yaml.safe_load((REPO / "config" / "babylm.yaml").read_text())
+    for source in overlay["corpus"]["sources"]:
+        path = wd / source["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"Utterance {i} of {source['name']} is here.\n" for i in range(50)))
+    dry_run(command, wd)
+
+
 HANDLERS = [
     (r"bash setup\.sh && \.venv/bin/snakemake --cores 2 && \.venv/bin/snakemake --report \S+", setup_and_run_and_report),
     (r"bash setup\.sh && \.venv/bin/python -m pytest .*", setup_and_test),
+    (r"\.venv/bin/snakemake .*config/babylm\.yaml.*", babylm),
     (r"\.venv/bin/snakemake .*", lambda command, wd, tiny_run: dry_run(command, wd)),
     (r"tail -f .*", follow_logs),
     (r"\.venv/bin/python -m growlm\.profiling .*", profiling_cli),

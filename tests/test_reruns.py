@@ -3,8 +3,9 @@ exactly the jobs whose params hold it (or whose outputs it renames).
 
 The check builds the workflow's DAG with Snakemake's own API twice, for a base experiment and for the
 base with one key changed, and compares every job's params as Snakemake records them for its rerun
-trigger (`persistence._params`): a job reruns on a params change exactly when these differ, and runs
-anew when its outputs are new (a sweep value is in the path). The base holds one job of every kind
+trigger (`persistence._params`) and its set of input files (the "input" trigger): a job reruns
+exactly when one of these differs, and runs anew when its outputs are new (a sweep value is in the
+path). The base holds one job of every kind
 (members on shards, msg, a combining chain, a learned operator, both schedules, profiling), so every
 key has its readers in it. The entry scripts pass nothing but their rule's params, inputs, outputs,
 wildcards, threads and resources to the library, so "params" is everything a job reads.
@@ -33,33 +34,41 @@ apollo: {tokens: 8000}
 TRAINING = {"train_small", "train_baseline", "refine"}
 SMALL_PROFILE = {"train_small", "profile"}  # the profiled member reads the members' settings
 SWEEP_NEW = {"grow", "refine", "evaluate_model"}  # a new sweep value: new jobs (paths name the value)
+SWEPT = {"compare", "plans_table"}  # read every model of the sweep: a new model is a new input
+SWEPT_PROFILED = {*SWEPT, "profile"}  # ... and the profiled models are the first combination's
 
 # key -> (the change, as a YAML overlay; rules whose params change; rules with new jobs)
 TABLE = {
-    "d0": ("d0: [8]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
-    "L0": ("L0: [2]", {"compare", "profile"}, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
-    "d1": ("d1: [48]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
-    "L1": ("L1: [2]", {"compare", "profile"}, {"train_baseline", *SWEEP_NEW}),
-    "n": ("n: [1]", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
-    "n_members": ("n_members: 1", {"compare", "profile"}, {"evaluate_ensemble", *SWEEP_NEW}),
-    "seeds": ("seeds: [1]", {"compare", "profile"}, {"train_small", "train_baseline", "evaluate_ensemble",
+    "d0": ("d0: [8]", SWEPT_PROFILED, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
+    "L0": ("L0: [2]", SWEPT_PROFILED, {"train_small", "evaluate_ensemble", *SWEEP_NEW}),
+    "d1": ("d1: [48]", SWEPT_PROFILED, {"train_baseline", *SWEEP_NEW}),
+    "L1": ("L1: [2]", SWEPT_PROFILED, {"train_baseline", *SWEEP_NEW}),
+    "n": ("n: [1]", SWEPT_PROFILED, {"evaluate_ensemble", *SWEEP_NEW}),
+    "n_members": ("n_members: 1", SWEPT_PROFILED, {"evaluate_ensemble", *SWEEP_NEW}),
+    "seeds": ("seeds: [1]", SWEPT_PROFILED, {"train_small", "train_baseline", "evaluate_ensemble",
                                                      *SWEEP_NEW}),
     # growth is shared across budgets: a new budget list touches no grow job
-    "budgets": ("budgets: [20000]", {"compare"}, {"train_baseline", "refine", "evaluate_model"}),
-    "lrs": ("lrs: [0.002]", {"compare"}, {"train_baseline", "refine", "evaluate_model"}),
-    "methods": ("methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo, lemon]", {"compare"}, SWEEP_NEW),
+    "budgets": ("budgets: [20000]", SWEPT, {"train_baseline", "refine", "evaluate_model"}),
+    "lrs": ("lrs: [0.002]", SWEPT, {"train_baseline", "refine", "evaluate_model"}),
+    "methods": ("methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo, lemon]", SWEPT, SWEEP_NEW),
     "model.head_dim": ("model: {head_dim: 4}", {"train_small", "train_baseline", "grow", "profile"}, set()),
     "model.context": ("model: {context: 16}", {*TRAINING, "fit_tokenizer", "grow", "evaluate_model",
                                                "evaluate_ensemble", "profile"}, set()),
     "model.tie_embeddings": ("model: {tie_embeddings: false}", {"train_small", "train_baseline", "grow", "profile"},
                              set()),
-    "corpus.val_fraction": ("corpus: {val_fraction: 0.06}", {"clean_level"}, set()),
-    "corpus.test_fraction": ("corpus: {test_fraction: 0.06}", {"clean_level"}, set()),
-    "corpus.min_words": ("corpus: {min_words: 4}", {"clean_level"}, set()),
-    "corpus.max_words": ("corpus: {max_words: 50}", {"clean_level"}, set()),
+    "corpus.val_fraction": ("corpus: {val_fraction: 0.06}", {"prepare_source"}, set()),
+    "corpus.test_fraction": ("corpus: {test_fraction: 0.06}", {"prepare_source"}, set()),
+    "corpus.min_words": ("corpus: {min_words: 4}", {"prepare_source"}, set()),
+    "corpus.max_words": ("corpus: {max_words: 50}", {"prepare_source"}, set()),
+    "corpus.threads": ("corpus: {threads: 1}", set(), set()),  # how fast, not what
     "corpus.sources": ("corpus: {sources: [{name: pg14642_mcguffey_eclectic_primer, level: 0, bundled: "
                        "pg14642_mcguffey_eclectic_primer.txt}, {name: pg68545_aldine_second_reader, level: 1, "
-                       "bundled: pg68545_aldine_second_reader.txt}]}", {"clean_level"}, set()),
+                       "bundled: pg68545_aldine_second_reader.txt}]}", {"build_level"}, set()),
+    # the members' training set: one level's file, or several levels' files one after another
+    "levels.members": ("levels: {members: [0, 1]}", {"train_small", "profile", "compare"}, {"mix_levels"}),
+    "levels.large": ("levels: {large: [1, 0]}", {"train_baseline", "refine", "grow", "profile", "compare"},
+                     {"mix_levels"}),
+    "levels.evaluate": ("levels: {evaluate: 0}", {"compare"}, set()),
     "tokenizer.vocab_size": ("tokenizer: {vocab_size: 600}", {"fit_tokenizer", "compare"}, set()),
     "tokenizer.min_frequency": ("tokenizer: {min_frequency: 3}", {"fit_tokenizer"}, set()),
     "members.data": ("members: {data: seed}", {"train_small"}, set()),
@@ -68,9 +77,9 @@ TABLE = {
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
     "train.small.warmup_steps": ("train: {small: {warmup_steps: 4}}", SMALL_PROFILE, set()),
-    "train.large.tokens": ("train: {large: {tokens: 20000}}", {"compare", "profile"},
+    "train.large.tokens": ("train: {large: {tokens: 20000}}", SWEPT_PROFILED,
                            {"train_baseline", "refine", "evaluate_model"}),
-    "train.large.lr": ("train: {large: {lr: 0.002}}", {"compare", "profile"},
+    "train.large.lr": ("train: {large: {lr: 0.002}}", SWEPT_PROFILED,
                        {"train_baseline", "refine", "evaluate_model"}),
     "train.large.batch_size": ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow", "profile"},
                                set()),  # grow: ligo's level-1 batches and the schedules
@@ -85,7 +94,7 @@ TABLE = {
     "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
     "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
-    "controls.single_member": ("controls: {single_member: false}", {"compare"}, set()),  # controls removed
+    "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
     "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
     "vcycle.factor": ("vcycle: {factor: 4}", {"grow"}, set()),
     "vcycle.tokens": ("vcycle: {tokens: 9000}", {"grow"}, set()),
@@ -96,7 +105,8 @@ TABLE = {
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
     "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp
     "grow.optimizer_state": ("grow: {optimizer_state: carry}", {"grow"}, set()),
-    "profile.tools": ("profile: {tools: [nsys]}", set(), set()),  # ncu's jobs go, nsys's stay as they are
+    # ncu's jobs go, nsys's stay as they are; the profile page is made again without ncu's tables
+    "profile.tools": ("profile: {tools: [nsys]}", {"profile_report"}, set()),
     "profile.warmup_steps": ("profile: {warmup_steps: 2}", {"profile"}, set()),
     "profile.steps": ("profile: {steps: 4}", {"profile"}, set()),
     "profile.ncu_kernel_filter": ("profile: {ncu_kernel_filter: gemm}", {"profile"}, set()),
@@ -130,7 +140,8 @@ def schema_keys() -> set[str]:
 
 @pytest.fixture(scope="module")
 def dag_params(tmp_path_factory):
-    """A function: the params Snakemake records for each job, for the base with an overlay."""
+    """A function: what Snakemake records for each job's rerun triggers (its params and its set of
+    input files), for the base with an overlay."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
 
@@ -146,7 +157,8 @@ def dag_params(tmp_path_factory):
                 configfiles=files), snakefile=wd / "workflow" / "Snakefile", workdir=wd)
             wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
             workflow = wf._workflow
-            return {(job.rule.name, tuple(sorted(map(str, job.output)))): workflow.persistence._params(job)
+            return {(job.rule.name, tuple(sorted(map(str, job.output)))):
+                    (workflow.persistence._params(job), tuple(sorted(map(str, job.input))))
                     for job in workflow.dag.jobs}
 
     return params
@@ -159,7 +171,7 @@ def test_the_table_covers_every_key_of_the_schema():
 def test_the_base_has_a_job_of_every_kind(dag_params):
     rules = {rule for rule, _ in dag_params()}
     assert {"train_small", "train_baseline", "grow", "refine", "evaluate_model", "evaluate_ensemble", "compare",
-            "profile", "fit_tokenizer", "clean_level"} <= rules
+            "profile", "fit_tokenizer", "prepare_source", "build_level", "encode_split"} <= rules
 
 
 @pytest.mark.parametrize("key", sorted(TABLE))
@@ -187,5 +199,5 @@ def test_a_longer_budget_touches_no_job_of_the_shorter_one(dag_params):
     base, new = dag_params(), dag_params("budgets: [24000, 48000]")
     changed = {job[0] for job, p in new.items() if job in base and base[job] != p}
     added = {job[0] for job in new if job not in base}
-    assert changed == {"compare"} and added == {"train_baseline", "refine", "evaluate_model"}
+    assert changed == {"compare", "plans_table"} and added == {"train_baseline", "refine", "evaluate_model"}
     assert all(job in new for job in base)

@@ -16,7 +16,7 @@ def test_default_config_dry_run(workflow_dir):
     assert counts["train_small"] == 2  # n = 2 members
     assert counts["train_baseline"] == 1
     assert counts["grow"] == counts["refine"] == 3  # msg, concat, and concat's single-member control
-    assert counts["clean_level"] == 2  # levels 0 and 1
+    assert counts["build_level"] == 2  # levels 0 and 1
     assert counts["fit_tokenizer"] == 1
     assert counts["evaluate_model"] == 6  # 2 members, M_0, the three M_1
     assert counts["evaluate_ensemble"] == 1
@@ -192,7 +192,7 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
         "evaluate_model": 4,  # m3 and the three new M_1
         "evaluate_ensemble": 1,
     }, (before, after)
-    assert not {"train_baseline", "fit_tokenizer", "clean_level"} & set(after)
+    assert not {"train_baseline", "fit_tokenizer", "build_level"} & set(after)
 
 
 @pytest.mark.slow

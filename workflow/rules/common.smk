@@ -17,13 +17,18 @@ sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
 
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import (  # noqa: E402
+    arm_levels,
     canonical,
     grow_settings,
+    level_dir,
+    level_names,
     member_seed,
     member_shard,
     model_settings,
     refine_ramps,
     schedule_settings,
+    source_settings,
+    split_caps,
     train_settings,
 )
 from growlm.methods import (  # noqa: E402
@@ -34,6 +39,7 @@ from growlm.methods import (  # noqa: E402
     needs_single_member_control,
 )
 from growlm.resume import interrupted_run_notice  # noqa: E402
+from growlm.sources import local_files  # noqa: E402
 from growlm.validate import check_config  # noqa: E402
 
 
@@ -58,10 +64,16 @@ def bundled_path(file):
 
 
 def source_file(source):
-    """The file a configured source is read from (None for a download: checked by its sha256)."""
+    """Where a configured source's data is on this machine, for growlm.validate to check: a bundled
+    book, your own `path` (a file, folder or glob), or a Hub-layout folder named by `hf`; None for
+    a download (checked by its sha256) or a Hub id (checked by the job that reads it)."""
     if source.get("bundled"):
         return Path(str(bundled_path(source["bundled"])))
-    return Path(source["path"]) if source.get("path") else None
+    if source.get("path"):
+        return source["path"]
+    if source.get("hf") and Path(source["hf"]).is_dir():
+        return source["hf"]
+    return None
 
 
 # every value, every combination of the sweep and every source, before any job (growlm.validate)
@@ -80,7 +92,11 @@ NOTICE = interrupted_run_notice(Path.cwd(), sys.argv)
 if NOTICE:
     print(NOTICE, file=sys.stderr)
 
-LEVELS = sorted({int(s["level"]) for s in config["corpus"]["sources"]})
+LEVELS = level_names(config)
+ARM_LEVELS = arm_levels(config)
+MEMBER_TOKENS = f"results/tokens/{level_dir(ARM_LEVELS['members'])}"  # + /train.npy, /val.npy
+LARGE_TOKENS = f"results/tokens/{level_dir(ARM_LEVELS['large'])}"
+EVAL_LEVEL = ARM_LEVELS["evaluate"]
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
@@ -99,7 +115,8 @@ wildcard_constraints:
     budget=r"\d+",
     lr=r"[0-9.e+-]+",
     member=r"\d+",
-    level=r"\d+",
+    level=r"[A-Za-z0-9_]+",
+    levels=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)+",
     split="train|val|test",
     source="|".join(SOURCES),
     method="|".join(re.escape(m) for m in METHOD_IDS),
@@ -172,24 +189,41 @@ def member_models(wildcards):
 
 
 def source_input(wildcards):
+    """The local files a source is prepared from (none for a Hub id: its revision is its identity)."""
     src = SOURCES[wildcards.source]
     if src.get("bundled"):
-        return bundled_path(src["bundled"])
-    if src.get("path"):
-        return src["path"]
-    return f"resources/downloads/{wildcards.source}.txt"
+        return [bundled_path(src["bundled"])]
+    if src.get("url"):
+        return [f"resources/downloads/{wildcards.source}.txt"]
+    spec = src.get("path") or src["hf"]
+    return [str(f) for f in local_files(spec)] if src.get("path") or Path(spec).is_dir() else []
+
+
+SOURCE_FILES = [f"{split}.{ext}" for split in SPLITS for ext in ("txt", "keys", "counts")] + ["source.json"]
+
+
+def level_source_names(wildcards):
+    return [s["name"] for s in config["corpus"]["sources"] if str(s["level"]) == wildcards.level]
 
 
 def level_sources(wildcards):
-    names = [s["name"] for s in config["corpus"]["sources"] if int(s["level"]) == int(wildcards.level)]
-    return [f"results/corpus/sources/{name}.txt" for name in names]
+    return [f"results/corpus/sources/{name}/{f}" for name in level_source_names(wildcards) for f in SOURCE_FILES]
+
+
+def prep_threads(wildcards=None):
+    """Cores of a corpus job: corpus.threads, or all of --cores."""
+    return config["corpus"]["threads"] or workflow.cores
+
+
+def source_threads(wildcards):
+    """A bundled book or a small file is one document: one core; anything else gets prep_threads."""
+    files = source_input(wildcards)
+    if files and sum(os.path.getsize(f) for f in files if os.path.isfile(f)) < 8 << 20:
+        return 1
+    return prep_threads()
 
 
 # --- what each job reads: its params ------------------------------------------------------------
-
-
-def corpus_settings():
-    return canonical({k: v for k, v in config["corpus"].items() if k != "sources"})
 
 
 def small_train(wildcards):
@@ -242,8 +276,8 @@ def _first_combo():
 
 def profile_inputs(wildcards):
     c = _first_combo()
-    level = 0 if wildcards.kind == "small" else 1
-    inputs = {"tokens": f"results/tokens/level{level}/train.npy", "tokenizer": "results/tokenizer/tokenizer.json"}
+    tokens = MEMBER_TOKENS if wildcards.kind == "small" else LARGE_TOKENS
+    inputs = {"tokens": f"{tokens}/train.npy", "tokenizer": "results/tokenizer/tokenizer.json"}
     if wildcards.kind == "refine":
         inputs["grown"] = f"{GROWN.format(**c)}/growth.json"
     return inputs

@@ -1,22 +1,5 @@
-# Corpus: fetch (copy a bundled book or download a checked one), then clean, split into
-# sentences and into train/val/test per reading level.
-
-
-rule fetch_source:
-    input:
-        source_input,
-    output:
-        "results/corpus/sources/{source}.txt",
-    log:
-        "results/logs/fetch_source/{source}.log",
-    benchmark:
-        "results/benchmarks/fetch_source/{source}.tsv"
-    conda:
-        "../envs/growlm.yaml"
-    params:
-        source=lambda wc: canonical(SOURCES[wc.source]),
-    script:
-        "../scripts/fetch_source.py"
+# Corpus: each source is read (through datasets.load_dataset), cleaned and cut into units per
+# split by its own job, in parallel; then each reading level merges its sources, without repeats.
 
 
 rule download_source:
@@ -31,10 +14,28 @@ rule download_source:
     params:
         source=lambda wc: canonical(SOURCES[wc.source]),
     script:
-        "../scripts/fetch_source.py"
+        "../scripts/download_source.py"
 
 
-rule clean_level:
+rule prepare_source:
+    input:
+        source_input,
+    output:
+        expand("results/corpus/sources/{{source}}/{file}", file=SOURCE_FILES),
+    log:
+        "results/logs/prepare_source/{source}.log",
+    benchmark:
+        "results/benchmarks/prepare_source/{source}.tsv"
+    conda:
+        "../envs/growlm.yaml"
+    threads: source_threads
+    params:
+        settings=lambda wc: source_settings(config, SOURCES[wc.source]),
+    script:
+        "../scripts/prepare_source.py"
+
+
+rule build_level:
     input:
         level_sources,
     output:
@@ -43,13 +44,12 @@ rule clean_level:
         test="results/corpus/level{level}/test.txt",
         stats="results/corpus/level{level}/stats.json",
     log:
-        "results/logs/clean_level/level{level}.log",
+        "results/logs/build_level/level{level}.log",
     benchmark:
-        "results/benchmarks/clean_level/level{level}.tsv"
+        "results/benchmarks/build_level/level{level}.tsv"
     conda:
         "../envs/growlm.yaml"
     params:
-        corpus=corpus_settings(),
-        names=lambda wc: [s["name"] for s in config["corpus"]["sources"] if int(s["level"]) == int(wc.level)],
+        names=level_source_names,
     script:
-        "../scripts/clean_level.py"
+        "../scripts/build_level.py"

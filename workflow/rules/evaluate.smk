@@ -53,8 +53,8 @@ rule compare:
         ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
         ensembles=ensemble_targets(),
-        unigram="results/tokens/level1/train.npy",
-        unigram_test="results/tokens/level1/test.npy",
+        unigram=f"results/tokens/level{EVAL_LEVEL}/train.npy",
+        unigram_test=f"results/tokens/level{EVAL_LEVEL}/test.npy",
     output:
         comparison="results/eval/comparison.csv",
         curves="results/eval/curves.csv",
@@ -75,5 +75,6 @@ rule compare:
             "ensemble": ENSEMBLE if config["controls"]["ensemble"] else None,
         },
         vocab_size=config["tokenizer"]["vocab_size"],
+        levels=ARM_LEVELS,
     script:
         "../scripts/compare.py"

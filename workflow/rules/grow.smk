@@ -6,8 +6,8 @@
 rule grow:
     input:
         members=member_models,
-        data="results/tokens/level1/train.npy",
-        val="results/tokens/level1/val.npy",
+        data=f"{LARGE_TOKENS}/train.npy",
+        val=f"{LARGE_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",
     output:
         f"{GROWN}/growth.json",

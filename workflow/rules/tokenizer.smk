@@ -25,14 +25,36 @@ rule fit_tokenizer:
 rule encode_split:
     input:
         text="results/corpus/level{level}/{split}.txt",
+        stats="results/corpus/level{level}/stats.json",
         tokenizer="results/tokenizer/tokenizer.json",
     output:
-        "results/tokens/level{level}/{split}.npy",
+        tokens="results/tokens/level{level}/{split}.npy",
+        sources="results/tokens/level{level}/{split}.npy.sources.json",
     log:
         "results/logs/encode_split/level{level}_{split}.log",
     benchmark:
         "results/benchmarks/encode_split/level{level}_{split}.tsv"
     conda:
         "../envs/growlm.yaml"
+    threads: prep_threads
+    params:
+        caps=lambda wc: split_caps(config, wc.level, wc.split),
     script:
         "../scripts/encode_split.py"
+
+
+# A training set drawn from several levels (levels.members or levels.large naming more than one).
+rule mix_levels:
+    input:
+        lambda wc: [f"results/tokens/level{v}/{wc.split}.npy" for v in wc.levels.split("+")],
+    output:
+        tokens="results/tokens/level{levels}/{split}.npy",
+        sources="results/tokens/level{levels}/{split}.npy.sources.json",
+    log:
+        "results/logs/mix_levels/level{levels}_{split}.log",
+    benchmark:
+        "results/benchmarks/mix_levels/level{levels}_{split}.tsv"
+    conda:
+        "../envs/growlm.yaml"
+    script:
+        "../scripts/mix_levels.py"

@@ -1,12 +1,13 @@
-# Training: the n small members on level 0 (one job each), the baseline M_0 from scratch on
-# level 1, and the refinement of the grown M'_1 into M_1 with the same loop and budget.
+# Training: the n small members on the members' levels (one job each; level 0 by default), the
+# baseline M_0 from scratch on the large arms' levels (level 1), and the refinement of the grown M'_1
+# into M_1 with the same loop and budget.
 # Resumable checkpoints go to results/checkpoints/..., which is not a declared output.
 
 
 rule train_small:
     input:
-        train="results/tokens/level0/train.npy",
-        val="results/tokens/level0/val.npy",
+        train=f"{MEMBER_TOKENS}/train.npy",
+        val=f"{MEMBER_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",
     output:
         model=f"{SMALL}/model.safetensors",
@@ -34,8 +35,8 @@ rule train_small:
 
 rule train_baseline:
     input:
-        train="results/tokens/level1/train.npy",
-        val="results/tokens/level1/val.npy",
+        train=f"{LARGE_TOKENS}/train.npy",
+        val=f"{LARGE_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",
     output:
         model=f"{BASELINE}/model.safetensors",
@@ -62,8 +63,8 @@ rule train_baseline:
 rule refine:
     input:
         grown=f"{GROWN}/growth.json",
-        train="results/tokens/level1/train.npy",
-        val="results/tokens/level1/val.npy",
+        train=f"{LARGE_TOKENS}/train.npy",
+        val=f"{LARGE_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",
     output:
         model=f"{REFINED}/model.safetensors",

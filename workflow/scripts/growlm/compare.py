@@ -128,8 +128,13 @@ def arm_key(combo: dict, keys: tuple[str, ...]) -> tuple:
     return tuple(str(combo[k]) for k in keys)
 
 
-def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.DataFrame]]:
-    """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`."""
+DEFAULT_LEVELS = {"members": ["0"], "large": ["1"], "evaluate": "1"}
+
+
+def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
+    """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`;
+    test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels)."""
+    levels = levels or DEFAULT_LEVELS
     m0_lr = combo["lr"] if m0_lr is None else m0_lr
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
@@ -153,7 +158,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
 
     def metric(d: Path, key: str) -> float:
         p = Path(str(d).replace("results/models/", "results/eval/", 1)) / "metrics.json"
-        return float(_metrics(p).get(key, math.nan))
+        return float(_metrics(p, levels["evaluate"]).get(key, math.nan))
 
     row = {
         **{k: v for k, v in combo.items() if k != "lr"},
@@ -185,7 +190,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
     }
     if paths.get("ensemble"):
         ens = Path(paths["ensemble"].format(**combo))
-        row["ensemble_test_loss"] = float(_metrics(ens).get("loss", math.nan))
+        row["ensemble_test_loss"] = float(_metrics(ens, levels["evaluate"]).get("loss", math.nan))
     if is_single_member_control(combo["method"]):
         row["arm"] = "control: m_1 only"
     elif not growth["members"]:
@@ -200,12 +205,13 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None) -> tuple[dict, list[pd.
     curves = [c0, c1]
     for i, member in enumerate(growth["members"], start=1):
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
-        curves.append(led.assign(arm=f"m_{i} (small, level 0)", offset_flops=0.0, **keys))
+        curves.append(led.assign(arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset_flops=0.0,
+                                 **keys))
     return row, curves
 
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
-                     unigram_test, vocab_size: int, lr_sweep_csv=None) -> pd.DataFrame:
+                     unigram_test, vocab_size: int, lr_sweep_csv=None, levels: dict | None = None) -> pd.DataFrame:
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
     m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
     if lr_sweep_csv is not None:
@@ -214,8 +220,9 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
     for combo in combos:
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
-        row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)))
+        row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels)
         row["unigram_test_loss"] = uni
+        row["test_level"] = (levels or DEFAULT_LEVELS)["evaluate"]
         rows.append(row)
         curves.extend(c)
     table = pd.DataFrame(rows)

@@ -1,19 +1,21 @@
-"""The corpus stage: children's reading text in, one clean sentence per line out.
+"""The corpus stage's text functions: a document in, clean units (sentences or documents) out.
 
-Sources are Project Gutenberg books (bundled under ``workflow/resources/corpus`` or downloaded).
-`clean_gutenberg` turns a raw book into paragraphs of prose: it drops front matter,
-contents lists, illustration tags, lesson headings, word lists, phonics keys, page numbers,
-appendices and publishers' advertisements, and re-joins hard-wrapped lines.
-`split_sentences` cuts the paragraphs into sentences with pysbd, and `prepare_level` writes
-one level's ``train.txt`` / ``val.txt`` / ``test.txt``. The split of a sentence depends on
-its text alone (`split_of`), so adding a source never moves existing sentences.
+Three cleaners, chosen per source (`units`): `clean_gutenberg` turns a raw Project Gutenberg book
+into paragraphs of prose: it drops front matter, contents lists, illustration tags, lesson
+headings, word lists, phonics keys, page numbers, appendices and publishers' advertisements, and
+re-joins hard-wrapped lines (its heuristics are for books: it would drop a story's paragraph that
+opens "By the river," as a title page, so other text takes `clean_document`, which only
+normalises, or none). `split_sentences` cuts paragraphs into sentences with pysbd, where a source
+asks for sentences. The split of a unit depends on its text alone (`split_of`), so adding a source
+never moves existing units.
 
-Everything here is a pure function of its inputs, except what touches files:
-`read_source`, `download_source` and the files `prepare_level` writes.
+Everything here is a pure function of its inputs, except `read_source` and `download_source`;
+streaming a whole corpus through these functions is `growlm.prepare`'s job.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -22,7 +24,7 @@ import unicodedata
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyphen
@@ -87,6 +89,20 @@ def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def line_blocks(fh, *, max_lines: int = 1 << 16, max_chars: int = 8 << 20) -> Iterator[list[str]]:
+    """Lines of a text file (without their newline) in blocks of at most `max_lines` lines and about
+    `max_chars` characters: a block never holds the whole of a file of long lines."""
+    block, size = [], 0
+    for line in fh:
+        block.append(line[:-1] if line.endswith("\n") else line)
+        size += len(line)
+        if len(block) >= max_lines or size >= max_chars:
+            yield block
+            block, size = [], 0
+    if block:
+        yield block
 
 
 # --------------------------------------------------------------------------- cleaning
@@ -304,6 +320,22 @@ def _check_fractions(val_fraction: float, test_fraction: float) -> None:
         )
 
 
+def unit_digest(unit: str) -> bytes:
+    """The SHA-256 of a unit's text: its split (`split_of_digest`) and its identity when a level
+    drops repeats (`growlm.prepare`) both come from it."""
+    return hashlib.sha256(unit.encode("utf-8")).digest()
+
+
+def split_of_digest(digest: bytes, val_fraction: float, test_fraction: float) -> str:
+    """`split_of` from a unit's `unit_digest`."""
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    if u < test_fraction:
+        return "test"
+    if u < test_fraction + val_fraction:
+        return "val"
+    return "train"
+
+
 def split_of(sentence: str, val_fraction: float, test_fraction: float) -> str:
     """"train", "val" or "test" for `sentence`, from a SHA-256 of its text alone.
 
@@ -312,26 +344,97 @@ def split_of(sentence: str, val_fraction: float, test_fraction: float) -> str:
     other sentence, so adding a source never moves existing sentences.
     """
     _check_fractions(val_fraction, test_fraction)
-    u = int.from_bytes(hashlib.sha256(sentence.encode("utf-8")).digest()[:8], "big") / 2**64
-    if u < test_fraction:
-        return "test"
-    if u < test_fraction + val_fraction:
-        return "val"
-    return "train"
+    return split_of_digest(unit_digest(sentence), val_fraction, test_fraction)
+
+
+# --------------------------------------------------------------------------- other kinds of text
+
+_SPACES = re.compile(r"[ \t\f\v]+")
+
+
+def clean_document(text: str) -> list[str]:
+    """A document that is already prose (TinyStories, BabyLM, your own texts): NFKC, straight quotes,
+    runs of spaces collapsed; its non-empty lines are its paragraphs. No Gutenberg heuristics."""
+    lines = (_SPACES.sub(" ", line).strip() for line in _normalise(text).split("\n"))
+    return [line for line in lines if line]
+
+
+def units(document: str, settings: dict) -> list[str]:
+    """What one document contributes to the corpus, one line each: its sentences (`sentences:
+    true`) or the whole document on one line, after its source's cleaner (`clean`):
+
+    - ``gutenberg``: `clean_gutenberg` (a Project Gutenberg book);
+    - ``documents``: `clean_document`;
+    - ``none``: the text as it is, its line breaks turned into spaces (a unit is one line).
+
+    Units with fewer than `min_words` alphabetic words are dropped, and sentences longer than
+    `max_words` (whole documents are not cut or dropped for their length)."""
+    return [unit for unit, _ in counted_units(document, settings)]
+
+
+def counted_units(document: str, settings: dict) -> list[tuple[str, tuple[int, int, int]]]:
+    """`units`, each with its `unit_counts` (counted once: they also decide `min_words`)."""
+    clean = settings["clean"]
+    if clean == "gutenberg":
+        paragraphs = clean_gutenberg(document)
+    elif clean == "documents":
+        paragraphs = clean_document(document)
+    elif clean == "none":
+        paragraphs = [" ".join(document.split("\n")).strip()]
+    else:
+        raise GrowlmError(f"unknown clean mode {clean!r}; use gutenberg, documents or none")
+    min_words = settings["min_words"]
+    if settings["sentences"]:
+        found = split_sentences(paragraphs, min_words=min_words, max_words=settings["max_words"])
+    elif clean == "gutenberg":  # paragraphs of a book, each its own unit
+        found = paragraphs
+    else:
+        found = [" ".join(paragraphs).strip()]
+    counted = ((unit, unit_counts(unit)) for unit in found if unit)
+    return [(unit, counts) for unit, counts in counted if counts[0] >= min_words]
 
 
 # --------------------------------------------------------------------------- levels
+
+_PYPHEN = None
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def syllables(word: str) -> int:
+    """Syllables of a lower-case word from pyphen's English hyphenation dictionary (at least one)."""
+    global _PYPHEN
+    if _PYPHEN is None:
+        _PYPHEN = pyphen.Pyphen(lang="en_US")
+    return max(1, len(_PYPHEN.positions(word)) + 1)
+
+
+_FK_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _word_syllables(word: str) -> int:
+    return syllables(word.lower())
+
+
+def unit_counts(unit: str) -> tuple[int, int, int]:
+    """(alphabetic words, Flesch-Kincaid words, syllables) of one unit: what a level's statistics
+    sum over the units it keeps."""
+    fk = _FK_WORD.findall(unit)
+    return len(_ALPHA_WORD.findall(unit)), len(fk), sum(map(_word_syllables, fk))
+
+
+def grade(sentences: int, fk_words: int, total_syllables: int) -> float:
+    """The Flesch-Kincaid grade from counts (`flesch_kincaid_grade` of the sentences counted)."""
+    if not sentences or not fk_words:
+        return 0.0
+    return 0.39 * fk_words / sentences + 11.8 * total_syllables / fk_words - 15.59
 
 
 def flesch_kincaid_grade(sentences: list[str]) -> float:
     """Flesch-Kincaid grade 0.39 w/s + 11.8 syl/w - 15.59, syllables from pyphen's English
     hyphenation dictionary (what textstat 0.7.3 did; newer textstat downloads cmudict at run time)."""
-    dic = pyphen.Pyphen(lang="en_US")
-    words = [w for s in sentences for w in re.findall(r"[A-Za-z]+(?:'[A-Za-z]+)?", s)]
-    if not sentences or not words:
-        return 0.0
-    syllables = sum(max(1, len(dic.positions(w.lower())) + 1) for w in words)
-    return 0.39 * len(words) / len(sentences) + 11.8 * syllables / len(words) - 15.59
+    words = [w for s in sentences for w in _FK_WORD.findall(s)]
+    return grade(len(sentences), len(words), sum(map(_word_syllables, words)))
 
 
 def level_statistics(sentences: list[str]) -> dict:
@@ -346,55 +449,3 @@ def level_statistics(sentences: list[str]) -> dict:
         if sentences
         else 0.0,
     }
-
-
-def prepare_level(
-    sources: list[tuple[str, str]],
-    out_dir: Path,
-    *,
-    val_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    min_words: int = 3,
-    max_words: int = 60,
-) -> dict:
-    """Clean and split one level's sources; write ``train.txt``, ``val.txt``, ``test.txt``.
-
-    `sources` are (name, raw text) pairs. Exact duplicate sentences are dropped (the first
-    occurrence wins; order is kept). Returns `level_statistics` of all kept sentences plus
-    ``splits`` ({split: {"sentences", "words"}}) and ``sources`` ({name: sentences kept}).
-    """
-    _check_fractions(val_fraction, test_fraction)
-    names = ", ".join(name for name, _ in sources) or "(no sources)"
-    seen: set[str] = set()
-    sentences: list[str] = []
-    per_source: dict[str, int] = {}
-    for name, text in sources:
-        kept = 0
-        for sentence in split_sentences(clean_gutenberg(text), min_words=min_words, max_words=max_words):
-            if sentence not in seen:
-                seen.add(sentence)
-                sentences.append(sentence)
-                kept += 1
-        per_source[name] = kept
-    if not sentences:
-        raise GrowlmError(f"corpus level with sources {names} has no sentences after cleaning")
-    by_split: dict[str, list[str]] = {split: [] for split in SPLITS}
-    for sentence in sentences:
-        by_split[split_of(sentence, val_fraction, test_fraction)].append(sentence)
-    for split in SPLITS:
-        if not by_split[split]:
-            raise GrowlmError(
-                f"corpus level with sources {names}: the {split} split is empty "
-                f"({len(sentences)} sentences in all); add text or raise its fraction"
-            )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        (out_dir / f"{split}.txt").write_text("".join(s + "\n" for s in by_split[split]), encoding="utf-8")
-    stats = level_statistics(sentences)
-    stats["splits"] = {
-        split: {"sentences": len(lines), "words": sum(alpha_words(s) for s in lines)}
-        for split, lines in by_split.items()
-    }
-    stats["sources"] = per_source
-    return stats

@@ -182,3 +182,44 @@ def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, s
     return canonical({"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
                       "context": int(config["model"]["context"]), "weight_decay": float(t["weight_decay"]),
                       "grad_clip": float(t["grad_clip"])})
+
+
+# ----------------------------------------------------------------------------------------------
+# the corpus: reading levels and sources
+# ----------------------------------------------------------------------------------------------
+
+def level_names(config: dict) -> list[str]:
+    """Every reading level of `corpus.sources`, as names: whole numbers first, in order, then the
+    named levels in the order they first appear."""
+    seen = list(dict.fromkeys(str(s["level"]) for s in config["corpus"]["sources"]))
+    return sorted((v for v in seen if v.isdigit()), key=int) + [v for v in seen if not v.isdigit()]
+
+
+def arm_levels(config: dict) -> dict:
+    """{"members": [...], "large": [...], "evaluate": name}: the levels each arm trains on and the one
+    whose test split the comparison reports (default: the first of the large arms')."""
+    levels = config.get("levels") or {}
+    members = [str(v) for v in _as_list(levels.get("members", [0]))]
+    large = [str(v) for v in _as_list(levels.get("large", [1]))]
+    evaluate = levels.get("evaluate")
+    return {"members": members, "large": large, "evaluate": str(evaluate) if evaluate is not None else large[0]}
+
+
+def level_dir(levels) -> str:
+    """The folder name of a level or a mix of levels: 'level0', 'level0+tinystories'."""
+    return "level" + "+".join(str(v) for v in _as_list(levels))
+
+
+def source_settings(config: dict, source: dict) -> dict:
+    """What the job preparing `source` reads: the source itself and the corpus settings it uses."""
+    keys = ("val_fraction", "test_fraction", "min_words", "max_words")
+    return canonical({"source": dict(source), "corpus": {k: config["corpus"][k] for k in keys}})
+
+
+def split_caps(config: dict, level: str, split: str) -> dict:
+    """{source: tokens} for the sources of `level` that set `max_tokens`, for one split: the cap is
+    shared among the splits in proportion to their fractions."""
+    c = config["corpus"]
+    share = {"val": c["val_fraction"], "test": c["test_fraction"]}.get(split, 1 - c["val_fraction"] - c["test_fraction"])
+    return {s["name"]: max(1, int(round(s["max_tokens"] * share))) for s in c["sources"]
+            if str(s["level"]) == str(level) and s.get("max_tokens")}

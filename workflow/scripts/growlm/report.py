@@ -32,21 +32,48 @@ def _html_page(title: str, body: str) -> str:
     return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>{TABLE_STYLE}</head><body>{body}</body></html>"
 
 
+def _test_level(comparison: pd.DataFrame) -> str:
+    """The level whose splits the comparison reports (`levels.evaluate`; level 1 by default)."""
+    if "test_level" in comparison and len(comparison):
+        return str(comparison["test_level"].iloc[0])
+    return "1"
+
+
+def _data_of(record: dict) -> str:
+    """Where a source's text came from, exactly: the Hub commit, or the files' sha256 (short)."""
+    if record.get("hf") and not record.get("files"):
+        rev = record.get("resolved_revision") or "unresolved"
+        return f"{record['hf']}@{rev[:12]} ({record.get('split', 'train')})"
+    files = record.get("files") or []
+    shown = ", ".join(f"{Path(f['path']).name} sha256 {f['sha256'][:12]}" for f in files[:3])
+    return shown + (f" and {len(files) - 3} more files" if len(files) > 3 else "")
+
+
 def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.DataFrame:
-    rows = []
+    """One row per reading level (in the configured order), then one per source with its provenance."""
+    rows, sources = [], []
     for f in stats_files:
         stats = read_json(f)
         per_source = stats.pop("sources")
+        provenance = stats.pop("provenance", {})
+        stats.pop("lines", None)
         if isinstance(per_source, dict):  # sentences kept per source
             stats["sources"] = len(per_source)
             stats["books"] = ", ".join(per_source)
+            for name, kept in per_source.items():
+                record = provenance.get(name, {})
+                sources.append({"level": stats["level"], "source": name, "kind": record.get("kind", ""),
+                                "clean": record.get("clean", ""), "documents": record.get("documents"),
+                                "units kept": kept, "data": _data_of(record)})
         else:
             stats["sources"] = per_source
         rows.append(stats)
-    df = pd.json_normalize(rows).sort_values("level")
+    df = pd.json_normalize(rows)
     df.columns = [c.replace("splits.", "").replace(".", " ") for c in df.columns]
     df.to_csv(csv_file, index=False)
     html = df.to_html(index=False, float_format=lambda v: f"{v:.2f}", table_id="corpus-stats")
+    if sources:
+        html += "<h3>Sources</h3>" + pd.DataFrame(sources).to_html(index=False, table_id="corpus-sources")
     Path(html_file).write_text(_html_page("Corpus statistics", f"<h3>Corpus statistics per reading level</h3>{html}"))
     return df
 
@@ -88,7 +115,7 @@ def loss_vs_flops_figure(curves_csv, comparison_csv):
                 ax.axhline(sub["ensemble_test_loss"].mean(), color="tab:purple", ls="-.", lw=1,
                            label="members' ensemble, untrained (test loss)")
         ax.set_xlabel("cumulative training TFLOPs (M_1 includes the small models' cost)")
-        ax.set_ylabel("validation loss, level 1 (nats/token)")
+        ax.set_ylabel(f"validation loss, level {_test_level(comp)} (nats/token)")
         ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}, budget {int(budget):,} tokens")
         # the legend beside the panel, not over the curves
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
@@ -177,6 +204,40 @@ def cost_ratio_plot(comparison_csv, out_svg) -> None:
         title += f"\nnever reached M_0's loss: {', '.join(missing)}"
     ax.set_title(title, fontsize=10)
     ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
+    """The cost ratio against d1, one line per method (mean over seeds, bars: standard deviation),
+    with the small models counted and free side by side: does the answer hold as the model grows?
+    A (method, d1) some of whose seeds never reached M_0's loss is marked with its count."""
+    df = comparison.copy()
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, column, what in ((axes[0], "cost_ratio", "small models counted"),
+                             (axes[1], "cost_ratio_small_free", "small models free")):
+        for method, g in df.groupby("method", sort=False):
+            stats = g.groupby("d1").agg(mean=(column, "mean"), std=(column, "std"), reached=("reached", "sum"),
+                                        seeds=("seed", "nunique")).reset_index()
+            line = ax.errorbar(stats["d1"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
+                               label=method)
+            ax.scatter(g["d1"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
+            for _, row in stats[stats["reached"] < stats["seeds"]].iterrows():
+                y = row["mean"] if pd.notna(row["mean"]) else 1.0
+                ax.annotate(f"{int(row['reached'])}/{int(row['seeds'])} reached", (row["d1"], y), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        ax.axhline(1.0, color="grey", ls="--", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(df["d1"].unique()), [str(int(v)) for v in sorted(df["d1"].unique())])
+        ax.set_xlabel("width d1 of M_0 and M_1 (d0 = d1 / 2)")
+        ax.set_title(what, fontsize=10)
+    axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Cost ratio against model width (mean over seeds, bars: standard deviation; below 1: growth paid)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(out_svg)
     plt.close(fig)
@@ -293,7 +354,7 @@ def summary_sentences(comparison_csv) -> list[str]:
             out.append(_arm_sentence(method, arm, g))
         if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():
             out.append(f"The {n} members' untrained logit-average ensemble has test loss "
-                       f"{group['ensemble_test_loss'].mean():.3f} on level 1.")
+                       f"{group['ensemble_test_loss'].mean():.3f} on level {_test_level(group)}.")
     return out
 
 

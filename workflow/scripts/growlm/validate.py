@@ -10,7 +10,8 @@ The workflow calls `check_config` while Snakemake parses the Snakefile (torch-fr
 3. `experiment_problems`: what the schema cannot say: head sizes, sizes that growth cannot reach,
    every growth chain of the sweep with each operator's own constraints and option names
    (`growlm.methods`), ramps longer than the shortest refinement, budgets smaller than one batch,
-   the V-cycle's factor, and the sources, which must exist and hold text.
+   the V-cycle's factor, the reading levels each arm names, and the sources, whose local data
+   must exist and hold text (a Hub id is checked by the job that reads it).
 
 All problems are reported together in one `GrowlmError`, one line each.
 """
@@ -26,9 +27,10 @@ import jsonschema
 import yaml
 
 from growlm.errors import GrowlmError
-from growlm.experiment import normalise_sweep, refine_steps
+from growlm.experiment import arm_levels, normalise_sweep, refine_steps
 from growlm.methods import OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods, plan_chain
 from growlm.shape import ModelShape
+from growlm.sources import kind as sources_kind, local_files
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,27 +290,62 @@ def _schedule_problems(config: dict, sweep: dict) -> list[str]:
     return out
 
 
-def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:
+def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | str | None]) -> list[str]:
     out = []
     sources = config["corpus"]["sources"]
-    levels = {int(s["level"]) for s in sources}
-    for needed in (0, 1):
-        if needed not in levels:
-            out.append(f"corpus.sources: no source of level {needed} (the members train on level 0, the large "
-                       f"models on level 1)")
+    present = {str(s["level"]) for s in sources}
+    arms = arm_levels(config)
+    for arm in ("members", "large"):
+        for level in arms[arm]:
+            if level not in present:
+                out.append(f"levels.{arm}: level {level!r} has no source in corpus.sources (levels there: "
+                           f"{', '.join(sorted(present))})")
+    if arms["evaluate"] not in present:
+        out.append(f"levels.evaluate: level {arms['evaluate']!r} has no source in corpus.sources")
     names = [s["name"] for s in sources]
     for name in sorted({n for n in names if names.count(n) > 1}):
         out.append(f"corpus.sources: the name {name!r} is used {names.count(name)} times; names must be unique")
     for i, s in enumerate(sources):
+        where = f"corpus.sources[{i}] ({s['name']})"
+        kind = sources_kind(s)
+        if s.get("sha256") and kind != "url":
+            out.append(f"{where}: sha256 checks a download; it goes with url, not {kind}")
+        for key in ("config", "split", "revision"):
+            if s.get(key) is not None and kind not in ("hf", "path"):
+                out.append(f"{where}: {key} is for a dataset (hf, or a path to a folder in the Hub's layout), "
+                           f"not a {kind} source")
+        if s.get("revision") is not None and kind != "hf":
+            out.append(f"{where}: revision names a Hub commit; it goes with hf")
+        if s.get("separator") is not None and s.get("clean") == "gutenberg":
+            out.append(f"{where}: separator splits documents, but clean: gutenberg reads each file as one book; "
+                       f"use clean: documents")
         path = resolve_source(s)
         if path is None:
-            continue  # a download: checked against its sha256 when fetched
-        key = "bundled" if s.get("bundled") else "path"
-        if not Path(path).is_file():
-            out.append(f"corpus.sources[{i}] ({s['name']}): {key} {s[key]!r}: no such file ({path})")
-        elif Path(path).stat().st_size == 0:
-            out.append(f"corpus.sources[{i}] ({s['name']}): {key} {s[key]!r}: the file is empty ({path})")
+            continue  # a download (checked against its sha256 when fetched) or a Hub id (checked when read)
+        out += _location_problems(where, kind, s[kind], path)
     return out
+
+
+def _location_problems(where: str, kind: str, spec: str, path: Path | str) -> list[str]:
+    if kind == "bundled":
+        path = Path(path)
+        if not path.is_file():
+            return [f"{where}: bundled {spec!r}: no such file ({path})"]
+        return [f"{where}: bundled {spec!r}: the file is empty ({path})"] if path.stat().st_size == 0 else []
+    files = local_files(str(path))
+    if not files:
+        if Path(path).is_file():
+            return [f"{where}: {kind} {spec!r}: not a kind of file growlm reads (.txt, .jsonl, .json, .parquet, "
+                    f".csv, optionally compressed)"]
+        if Path(path).is_dir():
+            return [f"{where}: {kind} {spec!r}: the folder holds no data file (.txt, .jsonl, .json, .parquet, .csv)"]
+        return [f"{where}: {kind} {spec!r}: no such file" + (" (nothing matches the glob)" if any(
+            c in spec for c in "*?[") else "")]
+    empty = [str(f) for f in files if f.stat().st_size == 0]
+    if empty:
+        return [f"{where}: {kind} {spec!r}: " + ("the file is empty" if len(files) == 1 else
+                                                 f"empty file(s): {', '.join(empty[:3])}")]
+    return []
 
 
 def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:

@@ -1,6 +1,6 @@
 """What one workflow job does: one module per stage, mirroring `workflow/rules/<stage>.smk`.
 
-    corpus      fetch_source, clean_level
+    corpus      download_source, prepare_source, build_level
     tokenizer   fit_tokenizer, encode_split
     train       train_model (the members, M_0), refine
     grow        grow, vcycle, apollo

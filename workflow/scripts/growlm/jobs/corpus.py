@@ -1,35 +1,50 @@
-"""Jobs of the corpus stage: fetch a source, clean and split one reading level. No torch."""
+"""Jobs of the corpus stage: download a source, prepare one source, build one reading level. No torch."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
-from growlm import corpus
+from growlm import corpus, prepare, sources
+from growlm.errors import read_json
 from growlm.jobs.common import log
 
 
-def fetch_source(source: dict, out_file: str | Path, *, bundled: str | None = None) -> None:
-    """Copy a bundled source or download it (sha256-checked) to `out_file`."""
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    if bundled:
-        text = corpus.read_source(bundled)
-        out_file.write_text(text, encoding="utf-8")
-    else:
-        if not source.get("sha256"):
-            log(f"warning: source {source['name']} has no sha256; its download is not checked")
-        corpus.download_source(source["url"], out_file, source.get("sha256"), source["name"])
-    log(f"source {source['name']} (level {source['level']}): {out_file.stat().st_size} bytes")
+def download_source(source: dict, out_file: str | Path) -> None:
+    """Download a URL source to `out_file`, checked against its sha256."""
+    if not source.get("sha256"):
+        log(f"warning: source {source['name']} has no sha256; its download is not checked")
+    corpus.download_source(source["url"], Path(out_file), source.get("sha256"), source["name"])
+    log(f"source {source['name']}: {Path(out_file).stat().st_size} bytes from {source['url']}")
 
 
-def clean_level(source_files: list[str], names: list[str], level: int, out_dir: str | Path,
-                stats_file: str | Path, settings: dict) -> None:
-    """Clean, split into sentences and into train/val/test the sources of one level."""
-    sources = [(name, Path(f).read_text(encoding="utf-8")) for name, f in zip(names, source_files)]
-    stats = corpus.prepare_level(
-        sources, Path(out_dir), val_fraction=settings["val_fraction"], test_fraction=settings["test_fraction"],
-        min_words=settings["min_words"], max_words=settings["max_words"])
-    stats = {"level": level, **stats}
-    Path(stats_file).write_text(json.dumps(stats, indent=2, default=float))
-    log(f"level {level}: {json.dumps(stats, default=float)}")
+def prepare_source(settings: dict, *, inputs: list[str], out_dir: str | Path, threads: int | None) -> None:
+    """Read one source (`growlm.sources`), clean and cut it into units per split (`growlm.prepare`)
+    and record what it read (`source.json`: provenance and counts)."""
+    source, corpus_settings = settings["source"], settings["corpus"]
+    how = sources.settings_of(source, corpus_settings)
+    # a bundled book or a download is the one file the rule names; a `path` or `hf` source is read
+    # from its own spec (a folder keeps its Hub card's configs and splits)
+    location = inputs[0] if sources.kind(source) in ("bundled", "url") else None
+    processes = prepare.processes_for(threads)
+    start = time.perf_counter()
+    counts = prepare.prepare_source(sources.documents(source, location, how), how, out_dir, processes=processes,
+                                    name=source["name"])
+    seconds = time.perf_counter() - start
+    record = {**sources.provenance(source, location, how), **counts, "seconds": round(seconds, 3)}
+    Path(out_dir, "source.json").write_text(json.dumps(record, indent=2))
+    log(f"source {source['name']} (level {source['level']}, clean: {how['clean']}, "
+        f"{'sentences' if how['sentences'] else 'documents'}): {counts['documents']} documents -> "
+        f"{counts['units']} units {counts['splits']} in {seconds:.1f} s with {processes} process(es)")
+
+
+def build_level(level: str, names: list[str], source_dirs: list[str | Path], *, out_dir: str | Path,
+                stats_file: str | Path) -> None:
+    """Merge a level's prepared sources (`names`, in `source_dirs`) into its train/val/test files,
+    without repeats."""
+    dirs = [Path(d) for d in source_dirs]
+    stats = prepare.build_level(level, list(zip(names, dirs)), out_dir)
+    prepare.write_stats(stats, [read_json(d / "source.json") for d in dirs], stats_file)
+    summary = {k: stats[k] for k in ("sentences", "words", "mean_sentence_words", "flesch_kincaid_grade", "splits")}
+    log(f"level {level}: {json.dumps(summary, default=float)}")

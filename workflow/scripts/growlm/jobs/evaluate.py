@@ -41,7 +41,8 @@ def evaluate_ensemble(*, member_dirs: list[str], test_files: dict, context: int,
 
 
 def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, unigram_test, comparison_csv,
-            curves_csv, lr_sweep_csv) -> None:
+            curves_csv, lr_sweep_csv, levels: dict | None = None) -> None:
     """The comparison table, every model's curve, and the learning-rate sweep (growlm.compare)."""
     write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
-                     unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv)
+                     unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,
+                     levels=levels)

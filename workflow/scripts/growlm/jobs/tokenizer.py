@@ -6,7 +6,8 @@ from pathlib import Path
 
 from growlm.jobs.common import log
 from growlm.tokenizer import fit_tokenizer as fit, load_tokenizer
-from growlm.tokens import encode_file
+from growlm.errors import read_json
+from growlm.tokens import concat_token_files, encode_file
 
 
 def fit_tokenizer(train_files: list[str], out_dir: str | Path, *, vocab_size: int, min_frequency: int,
@@ -15,6 +16,16 @@ def fit_tokenizer(train_files: list[str], out_dir: str | Path, *, vocab_size: in
     log(f"tokenizer: {tok.get_vocab_size(with_added_tokens=True)} tokens")
 
 
-def encode_split(text_file: str | Path, tokenizer_dir: str | Path, out_file: str | Path) -> None:
-    n = encode_file(text_file, load_tokenizer(tokenizer_dir), out_file)
-    log(f"{text_file}: {n} tokens")
+def encode_split(text_file: str | Path, tokenizer_dir: str | Path, out_file: str | Path, *, stats_file: str | Path,
+                 split: str, caps: dict | None = None, threads: int | None = None) -> None:
+    """Encode one split of a level; `caps` ({source: tokens}) trims the sources that set max_tokens."""
+    lines = {name: spans[split] for name, spans in read_json(stats_file).get("lines", {}).items()}
+    n = encode_file(text_file, load_tokenizer(tokenizer_dir), out_file, sources=lines, caps=caps or None,
+                    threads=threads)
+    capped = f" ({', '.join(f'{k} capped at {v}' for k, v in caps.items())})" if caps else ""
+    log(f"{text_file}: {n} tokens{capped}")
+
+
+def mix_levels(token_files: list[str], out_file: str | Path) -> None:
+    n = concat_token_files(token_files, out_file)
+    log(f"{out_file}: {n} tokens from {', '.join(map(str, token_files))}")
