@@ -29,7 +29,7 @@ def learnable_tokens(vocab: int, n: int = 20000, seed: int = 0) -> np.ndarray:
 def copy_workflow(dest: Path) -> Path:
     """The workflow files (not results) in `dest`, with the bundled corpus linked."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("workflow", "profiles", "config", "tests"):
+    for name in ("workflow", "profiles", "config", "tests", "examples"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "results", "resources"))
     (dest / "workflow" / "resources").symlink_to(REPO / "workflow" / "resources")
     return dest

@@ -149,8 +149,9 @@ def test_a_workflow_job_names_a_damaged_input_in_one_line(tiny_run, tmp_path):
     shutil.copytree(tiny_run, wd, symlinks=True)
     weights = "results/models/small/d16_L1/s0/m1/model.safetensors"
     flip_byte(wd / weights, at=-7)
-    proc = run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--forcerun", "evaluate_model",
-                         "results/eval/small/d16_L1/s0/m1/metrics.json", check=False)
+    # the target first: --configfile and --forcerun take several values and would swallow it
+    proc = run_snakemake(wd, "results/eval/small/d16_L1/s0/m1/metrics.json", "--cores", "1", "--configfile",
+                         str(TINY), "--forcerun", "evaluate_model", check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
     line = f"growlm evaluate_model: error: {weights} is damaged (its content differs from the sha256 recorded when it " \

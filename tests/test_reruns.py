@@ -73,6 +73,8 @@ TABLE = {
     "tokenizer.min_frequency": ("tokenizer: {min_frequency: 3}", {"fit_tokenizer"}, set()),
     "members.data": ("members: {data: seed}", {"train_small"}, set()),
     "members.shards": ("members: {shards: 3}", {"train_small"}, set()),
+    # the members branch from a trunk trained once: their budget (params) and their inputs change
+    "members.trunk": ("members: {trunk: 0.5}", {"train_small"}, {"train_trunk"}),
     "train.small.tokens": ("train: {small: {tokens: 14000}}", SMALL_PROFILE, set()),
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
@@ -94,6 +96,7 @@ TABLE = {
     "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
     "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
+    "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
     "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
     "vcycle.factor": ("vcycle: {factor: 4}", {"grow"}, set()),
@@ -105,6 +108,8 @@ TABLE = {
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
     "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp
     "grow.optimizer_state": ("grow: {optimizer_state: carry}", {"grow"}, set()),
+    # a plugin reruns only the grow jobs of methods that use its operators (none in the base)
+    "grow.plugins": ("grow: {plugins: [examples/average_then_grow.py]}", set(), set()),
     # ncu's jobs go, nsys's stay as they are; the profile page is made again without ncu's tables
     "profile.tools": ("profile: {tools: [nsys]}", {"profile_report"}, set()),
     "profile.warmup_steps": ("profile: {warmup_steps: 2}", {"profile"}, set()),
@@ -117,6 +122,7 @@ TABLE = {
     "resources.mem_mb": ("resources: {mem_mb: 2000}", set(), set()),
     "resources.runtime": ("resources: {runtime: 30}", set(), set()),
     "resources.memory_limit_gb": ("resources: {memory_limit_gb: 8}", {*TRAINING, "grow"}, set()),  # the plan
+    "resources.gpu_share": ("resources: {gpu_share: 0.5}", set(), set()),  # what the scheduler gives (params.how)
 }
 
 

@@ -51,7 +51,13 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         (["grow={options: {msg: {ramp_steps: 99999}}}"], "longer than the shortest refinement"),
         (["train={refine: {tokens: 5}}"], "train.refine.tokens: unknown key"),
         (["model={head_dim: abc}"], "model.head_dim = 'abc'"),
-        (["members={data: shard}"], "members.data = 'shard': 'shard' is not one of ['seed', 'shards']"),
+        (["members={data: shard}"], "members.data = 'shard': 'shard' is not one of ['seed', 'shards', 'clusters']"),
+        (["members={data: clusters, shards: 9}"], "members.data = clusters: 9 clusters of whole books"),
+        (["methods=[[teach]]"], "has only refinement operators (teach)"),
+        (["methods=[[msg, teach]]", "grow={options: {teach: {temprature: 3}}}"], "option(s) temprature not taken by "
+                                                                                 "msg+teach"),
+        (["methods=[msg_members]", "n_members=3"], "msg_members places m_2..m_3 beside m_1 in the new capacity"),
+        (["grow={plugins: [nowhere.py]}"], "grow.plugins: nowhere.py does not exist"),
     ],
 )
 def test_bad_config_is_named(workflow_dir, override, message):
@@ -245,9 +251,15 @@ def test_dry_run_over_every_registered_method(workflow_dir):
     """Every operator of growlm.methods.OPERATORS (in a chain reaching d1, L1) and the V-cycle plan."""
     from growlm.methods import OPERATORS
 
+    from growlm.methods import needs_single_member_control
+
     chains = []
     for name, op in sorted(OPERATORS.items()):
-        if op.axis == "width":
+        if op.axis == "refine":  # teach, freeze, carry ride on a growth operator
+            chains.append(f"[msg,{name}]")
+        elif name == "merge":  # keeps the width: merge, then grow
+            chains.append("[merge,msg]")
+        elif op.axis == "width":
             chains.append(f"[{name},zero_block]")
         elif op.axis == "depth":
             chains.append(f"[hyperclone,{name}]")
@@ -259,9 +271,10 @@ def test_dry_run_over_every_registered_method(workflow_dir):
     counts = job_counts(out)
     n_chains = len(chains) - 2
     assert n_chains == len(OPERATORS) - 1
-    # the multi-member chains (concat, stack_members, ligo, mango) add a single-member control each
-    multi = [c for c in chains if any(name in c for name in ("concat", "stack_members", "ligo", "mango"))]
-    assert len(multi) == 4
+    # the multi-member chains (concat, stack_members, ligo, mango, msg_members, merge, teach) add a
+    # single-member control each
+    multi = [c for c in chains if needs_single_member_control(c.strip("[]").split(","))]
+    assert len(multi) == 7
     assert counts["grow"] == n_chains + len(multi) + 2  # + the two schedules
     assert counts["refine"] == n_chains + len(multi) + 2
 

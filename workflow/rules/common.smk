@@ -3,8 +3,10 @@
 # No rules here.
 
 import itertools
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,17 +26,22 @@ from growlm.experiment import (  # noqa: E402
     level_names,
     member_seed,
     member_shard,
+    member_train,
     model_settings,
+    refine_operators,
     refine_ramps,
     schedule_settings,
     source_settings,
     split_caps,
     train_settings,
+    trunk_tokens,
 )
 from growlm.methods import (  # noqa: E402
+    OPERATORS,
     SCHEDULES,
     SINGLE_MEMBER,
     is_single_member_control,
+    method_chain,
     method_id,
     needs_single_member_control,
 )
@@ -100,6 +107,22 @@ EVAL_LEVEL = ARM_LEVELS["evaluate"]
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
 METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
+PLUGINS = config["grow"]["plugins"]  # your own operators (growlm.plugins), declared by check_config
+
+
+def plugin_files(method):
+    """The plugin files whose operators `method` uses (inputs and params of its grow job)."""
+    used = {OPERATORS[nm].source for nm in method_chain(method) if nm in OPERATORS}
+    return [p for p in PLUGINS if str(Path(p).resolve()) in used]
+
+
+onstart:
+    # import the plugins for real and grow tiny random members with each of their operators, before
+    # any job: a broken plugin stops here, naming the file (growlm.jobs.plugins)
+    if PLUGINS:
+        check_plugin_operators()
+
+
 if config["controls"]["single_member"]:
     # single-source chains and the schedules already use m_1 alone (or no member): no duplicate arm
     METHOD_IDS += [m + SINGLE_MEMBER for m in METHOD_IDS if needs_single_member_control(m)]
@@ -142,6 +165,7 @@ def combos():
 
 
 SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
+TRUNK = "results/models/trunk/d{d0}_L{L0}/s{seed}"  # the members' shared trunk (members.trunk > 0)
 BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"
 GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
 REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"
@@ -227,7 +251,23 @@ def source_threads(wildcards):
 
 
 def small_train(wildcards):
-    return train_settings(config, "small", seed=member_seed(wildcards.seed, wildcards.member))
+    return member_train(config, seed=int(wildcards.seed), member=int(wildcards.member))
+
+
+def trunk_train(wildcards):
+    return member_train(config, seed=int(wildcards.seed), member=None)
+
+
+def trunk_model(wildcards):
+    """The members' shared trunk a member branches from (members.trunk > 0), else nothing."""
+    if not trunk_tokens(config):
+        return []
+    return f"{TRUNK.format(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed)}/model.safetensors"
+
+
+def branch_from(wildcards, input):
+    """The trunk's folder (a params function of the input: the input itself is the rerun trigger)."""
+    return str(Path(input.trunk).parent) if trunk_tokens(config) else None
 
 
 def baseline_train(wildcards):
@@ -247,7 +287,50 @@ def grow_params(wildcards):
         return schedule_settings(
             config, wildcards.method, n_embd=int(wildcards.d1), n_layer=int(wildcards.L1), seed=int(wildcards.seed)
         )
-    return {"members": member_dirs(wildcards), **grow_settings(config, wildcards.method)}
+    plugins = plugin_files(wildcards.method)
+    return {
+        "members": member_dirs(wildcards),
+        **grow_settings(config, wildcards.method),
+        **({"plugins": plugins} if plugins else {}),
+    }
+
+
+def check_plugin_operators():
+    """Run growlm.jobs.plugins on every method of the sweep that uses a plugin operator, at every
+    (d0, L0, n, d1, L1) of the sweep; stop the run with its one-line message if one fails."""
+    checks = []
+    for m in SWEEP["methods"]:
+        if not plugin_files(m):
+            continue
+        for d0, L0, d1, L1, n in itertools.product(SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"]):
+            checks.append(
+                dict(
+                    method=method_chain(m),
+                    n=int(n),
+                    d0=int(d0),
+                    L0=int(L0),
+                    d1=int(d1),
+                    L1=int(L1),
+                    head_dim=config["model"]["head_dim"],
+                    tied=config["model"]["tie_embeddings"],
+                    options=grow_settings(config, method_id(m))["options"],
+                )
+            )
+    spec = Path("results/plugins/check.json")
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps({"plugins": PLUGINS, "checks": checks}, indent=2))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(RULES_DIR).parent / "scripts"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=env, capture_output=True, text=True
+    )
+    if proc.returncode:
+        raise WorkflowError((proc.stderr.strip().splitlines() or ["the plugin check failed"])[-1])
+    print(proc.stdout.strip(), file=sys.stderr)
 
 
 def training_resources():
@@ -259,6 +342,29 @@ def training_resources():
         mem_mb=lambda wc, attempt: res["mem_mb"] * attempt,
         runtime=lambda wc, attempt: res["runtime"] * attempt,
     )
+
+
+def evaluation_resources():
+    """An evaluation job runs its model on the GPU when there is one, so it counts as a GPU job: at
+    most one GPU (evaluation runs in one process), none when the training jobs ask for none."""
+    return dict(gpu=min(1, config["resources"]["gpu"]))
+
+
+def job_how(wildcards, resources):
+    """How a training job runs on what it was given, never what it computes: the GPUs it asked for
+    (torchrun with several), the share of each GPU's memory its planner may budget
+    (`resources.gpu_share`) and `train.compile`. The job passes them on as keyword arguments.
+
+    This params function takes `resources`, so Snakemake counts it as derived from the job's
+    resources and leaves it out of the params rerun trigger (Snakemake's rule for params that read
+    input, output, threads or resources): changing how a job runs reruns nothing, as for
+    `train.threads`. The checkpoint fingerprint leaves these out too (TrainConfig.HOW_FIELDS), so a
+    run resumes under any of them."""
+    return {
+        "gpus": int(resources.gpu),
+        "gpu_share": float(config["resources"]["gpu_share"]),
+        "compile": bool(config["train"]["compile"]),
+    }
 
 
 # --- profiling: one small member, M_0 and M'_1 of the first sweep values -------------------------

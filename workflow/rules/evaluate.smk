@@ -17,6 +17,8 @@ rule evaluate_model:
     conda:
         "../envs/growlm.yaml"
     threads: 1
+    resources:
+        **evaluation_resources(),
     params:
         levels=LEVELS,
         context=config["model"]["context"],
@@ -38,6 +40,8 @@ rule evaluate_ensemble:
     conda:
         "../envs/growlm.yaml"
     threads: 1
+    resources:
+        **evaluation_resources(),
     params:
         members=member_dirs,
         levels=LEVELS,

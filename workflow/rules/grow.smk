@@ -6,6 +6,7 @@
 rule grow:
     input:
         members=member_models,
+        plugins=lambda wc: plugin_files(wc.method),
         data=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",

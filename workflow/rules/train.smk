@@ -9,6 +9,7 @@ rule train_small:
         train=f"{MEMBER_TOKENS}/train.npy",
         val=f"{MEMBER_TOKENS}/val.npy",
         tokenizer="results/tokenizer/tokenizer.json",
+        trunk=trunk_model,
     output:
         model=f"{SMALL}/model.safetensors",
         config=f"{SMALL}/config.json",
@@ -28,9 +29,42 @@ rule train_small:
         model=lambda wc: model_settings(config, n_embd=wc.d0, n_layer=wc.L0),
         init_seed=lambda wc: member_seed(wc.seed, wc.member),
         shard=lambda wc: member_shard(config, wc.member),
+        init_from=branch_from,
         memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
     script:
         "../scripts/train_small.py"
+
+
+# With members.trunk > 0 the members first train together: one trunk on all of the members' text
+# for that share of their budget, from which every member branches (its cost is counted once).
+rule train_trunk:
+    input:
+        train=f"{MEMBER_TOKENS}/train.npy",
+        val=f"{MEMBER_TOKENS}/val.npy",
+        tokenizer="results/tokenizer/tokenizer.json",
+    output:
+        model=f"{TRUNK}/model.safetensors",
+        config=f"{TRUNK}/config.json",
+        ledger=f"{TRUNK}/ledger.csv",
+        plan=f"{TRUNK}/plan.json",
+    log:
+        "results/logs/train_trunk/d{d0}_L{L0}_s{seed}.log",
+    benchmark:
+        "results/benchmarks/train_trunk/d{d0}_L{L0}_s{seed}.tsv"
+    conda:
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=trunk_train,
+        model=lambda wc: model_settings(config, n_embd=wc.d0, n_layer=wc.L0),
+        init_seed=lambda wc: member_seed(wc.seed, 0),
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+    script:
+        "../scripts/train_trunk.py"
 
 
 rule train_baseline:
@@ -56,6 +90,7 @@ rule train_baseline:
         train=baseline_train,
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
     script:
         "../scripts/train_baseline.py"
 
@@ -83,6 +118,8 @@ rule refine:
     params:
         train=refine_train,
         ramps=lambda wc: refine_ramps(config, wc.method, budgets=SWEEP["budgets"]),
+        refine_with=lambda wc: refine_operators(config, wc.method, budgets=SWEEP["budgets"]),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
     script:
         "../scripts/refine.py"

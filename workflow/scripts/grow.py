@@ -5,6 +5,7 @@ import torch
 
 from growlm.errors import job_log
 from growlm.jobs.grow import apollo, grow, vcycle
+from growlm.growth import load_plugins
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
@@ -17,6 +18,7 @@ with job_log(sm.log[0], sm.rule):
     elif wc.method == "apollo":
         apollo(**p, seed=int(wc.seed), train_file=sm.input.data, tokenizer_dir=tokenizer_dir, out_dir=out_dir)
     else:
+        load_plugins(p.get("plugins"))  # your own operators (grow.plugins), registered by their decorators
         grow(member_dirs=p["members"], method=wc.method, n_embd=int(wc.d1), n_layer=int(wc.L1), seed=int(wc.seed),
              options=p["options"], optimizer_state=p["optimizer_state"],
              data_file=sm.input.data, learned_batches=p.get("learned_batches"), out_dir=out_dir)

@@ -12,4 +12,4 @@ with job_log(sm.log[0], sm.rule):
     train_model(train=sm.params.train, model=sm.params.model, init_seed=int(sm.wildcards.seed), role="baseline M_0",
                 train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,
                 out_dir=Path(sm.output.model).parent, memory_limit_gb=sm.params.memory_limit_gb,
-                gpus=sm.resources.gpu)
+                **sm.params.how)  # gpus, gpu_share, compile: how it runs

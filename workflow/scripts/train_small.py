@@ -12,5 +12,6 @@ with job_log(sm.log[0], sm.rule):
     train_model(train=sm.params.train, model=sm.params.model, init_seed=sm.params.init_seed,
                 role=f"small member m{sm.wildcards.member}", train_file=sm.input.train, val_file=sm.input.val,
                 tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
-                shard=sm.params.shard, memory_limit_gb=sm.params.memory_limit_gb, gpus=sm.resources.gpu,
-                keep_moments=True)
+                shard=sm.params.shard, init_from=sm.params.init_from, memory_limit_gb=sm.params.memory_limit_gb,
+                keep_moments=True,
+                **sm.params.how)  # gpus, gpu_share, compile: how it runs

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from growlm.errors import GrowlmError, damaged, read_json
-from growlm.methods import is_single_member_control, members_used
+from growlm.methods import OPERATORS, is_single_member_control, members_used
 from growlm.tokens import load_tokens
 
 
@@ -141,8 +141,13 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     grown_dir = Path(paths["grown"].format(**combo))
     growth = read_json(grown_dir / "growth.json")
     # only the members the method used are its cost: a chain of single-source operators grows m_1 alone
-    if growth.get("chain"):
+    # (and the members' shared trunk, members.trunk, once)
+    trunk = [m for m in growth["members"] if m.get("role") == "trunk"]
+    growth["members"] = [m for m in growth["members"] if m.get("role") != "trunk"]
+    if growth.get("chain") and all(nm in OPERATORS for nm in growth["chain"]):  # (a plugin's: trimmed by its job)
         growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]
+    n_members = len(growth["members"])
+    growth["members"] += trunk
     small_flops = float(sum(m["flops"] for m in growth["members"]))
     small_wall = float(sum(m["wall_s"] for m in growth["members"]))
     growth_flops = float(growth.get("growth_flops", 0))
@@ -162,7 +167,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
 
     row = {
         **{k: v for k, v in combo.items() if k != "lr"},
-        "members_used": len(growth["members"]),
+        "members_used": n_members,
         "m0_lr": m0_lr,
         "m1_lr": combo["lr"],
         "m0_final_val_loss": m0_final,

@@ -15,7 +15,7 @@ so it is torch-free. It turns the validated config into
 from __future__ import annotations
 
 
-from growlm.methods import OPERATORS, check_options, method_chain
+from growlm.methods import OPERATORS, check_options, growth_names, refine_names
 from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
@@ -108,12 +108,33 @@ def member_seed(seed: int, member: int) -> int:
     return 1000 * int(seed) + int(member)
 
 
-def member_shard(config: dict, member: int) -> list[int] | None:
-    """[index, count] of the disjoint data shard member i trains on (`members.data: shards`), or None."""
+def trunk_tokens(config: dict) -> int:
+    """Tokens of the members' shared trunk (`members.trunk` of the members' budget; 0: none)."""
+    return int(round(float(config["members"].get("trunk", 0.0)) * int(config["train"]["small"]["tokens"])))
+
+
+def member_train(config: dict, *, seed: int, member: int | None) -> dict:
+    """The training settings of member i (data seed 1000 s + i) - with a shared trunk, of its branch
+    (the members' budget less the trunk's) - or, for member=None, of the trunk itself (all of the
+    members' text, seed 1000 s)."""
+    trunk = trunk_tokens(config)
+    if member is None:
+        return train_settings(config, "small", seed=member_seed(seed, 0), tokens=trunk)
+    tokens = int(config["train"]["small"]["tokens"]) - trunk
+    return train_settings(config, "small", seed=member_seed(seed, member), tokens=tokens if trunk else None)
+
+
+def member_shard(config: dict, member: int) -> list[int] | dict | None:
+    """The part of the members' text member i trains on: [index, count] of a contiguous shard
+    (`members.data: shards`), {"index", "count", "by": "book"} of a cluster of whole books
+    (`members.data: clusters`, `growlm.tokens.book_clusters`), or None (`seed`: all of it)."""
     members = config["members"]
+    index, count = (int(member) - 1) % members["shards"], members["shards"]
+    if members["data"] == "clusters":
+        return {"by": "book", "count": count, "index": index}
     if members["data"] != "shards":
         return None
-    return [(int(member) - 1) % members["shards"], members["shards"]]
+    return [index, count]
 
 
 def refine_steps(config: dict, budgets: list[int]) -> int:
@@ -136,7 +157,7 @@ def grow_settings(config: dict, method: str) -> dict:
     configured options, the optimizer-state choice and, for learned operators, how to draw their
     level-1 batches. Nothing here depends on the large models' budgets: one grown model serves every
     budget of the sweep (the mask ramps are the refinement's, `refine_ramps`)."""
-    chain = method_chain(method)
+    chain = growth_names(method)
     options = growth_options(config, chain)
     check_options(chain, options)
     out = {"options": options, "optimizer_state": config["grow"]["optimizer_state"]}
@@ -151,11 +172,28 @@ def refine_ramps(config: dict, method: str, *, budgets: list[int]) -> dict:
     as configured in `grow.options`, else a fifth of the shortest refinement of the sweep, so that
     every refinement of the sweep starts the same way and ends as a plain GPT-2. Empty for methods
     without ramps."""
-    chain = method_chain(method)
+    chain = growth_names(method)
     configured = growth_options(config, chain)
     steps = refine_steps(config, budgets)
     return canonical({key: configured.get(key, max(1, steps // 5)) for name in chain if name in OPERATORS
                       for key in OPERATORS[name].ramps})
+
+
+def refine_operators(config: dict, method: str, *, budgets: list[int]) -> dict:
+    """{operator: options} of the refinement operators of `method` (teach, freeze; carry acts in the
+    grow job): the configured `grow.options`, else the defaults, with their step counts
+    (teach_steps, freeze_steps) a fifth of the shortest refinement of the sweep unless configured."""
+    steps = refine_steps(config, budgets)
+    out = {}
+    for name in refine_names(method):
+        if name == "carry":
+            continue
+        opts = {**OPERATORS[name].options, **config["grow"]["options"].get(name, {})}
+        for key in OPERATORS[name].ramps:
+            if key not in config["grow"]["options"].get(name, {}):
+                opts[key] = max(1, steps // 5)
+        out[name] = opts
+    return canonical(out)
 
 
 def canonical(value):

@@ -85,6 +85,25 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
     return loss, out
 
 
+def distill_loss(logits: torch.Tensor, y: torch.Tensor, teacher_logits: torch.Tensor, *, weight: float,
+                 temperature: float) -> torch.Tensor:
+    """(1 - w) CE(logits, y) + w T^2 KL(softmax(teacher / T) || softmax(logits / T)), mean per token.
+
+    The refinement's loss while the members teach (the `teach` refinement operator): `teacher_logits`
+    are the members' logit average (their ensemble), T the temperature, w the current weight. The
+    T^2 keeps the KL term's gradient on the scale of the cross entropy's (Hinton et al., 2015):
+    d/dz [T^2 KL] = T (softmax(z / T) - softmax(t / T)) per token. Computed in fp32."""
+    z = logits.float().reshape(-1, logits.size(-1))
+    ce = F.cross_entropy(z, y.reshape(-1))
+    if weight <= 0:
+        return ce
+    t = teacher_logits.float().reshape(-1, z.size(-1))
+    log_p = F.log_softmax(z / temperature, dim=-1)
+    log_q = F.log_softmax(t / temperature, dim=-1)
+    kl = F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")
+    return (1.0 - weight) * ce + weight * temperature ** 2 * kl
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_size: int = 16,
              max_tokens: int | None = None, device: str = "cpu") -> dict:

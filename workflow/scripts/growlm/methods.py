@@ -7,7 +7,12 @@ here, with each operator's own constraints and option names, before any job runs
 An operator is described once, by an `OperatorSpec` in `OPERATORS`:
 
 * `axis`: what it grows ("width", "depth" or "both"); `multi`: it combines all n members (else it
-  uses m_1 alone); `kind` follows from the two ("combine" for a multi-member operator);
+  uses m_1 alone); `kind` follows from the two ("combine" for a multi-member operator). Axis
+  "refine" marks the three *refinement operators*, which grow nothing but change how M'_1 is
+  refined when they stand in a chain: `teach` (the members as teachers: a KL term towards their
+  logit-average ensemble, decaying to zero), `freeze` (the inherited weights frozen for a first
+  phase while the new ones train) and `carry` (AdamW starts from the members' grown moments). So
+  `[msg, teach]` and `[msg]` are two arms of one sweep;
 * `exact`: the grown model computes exactly what the source did before training (for `concat`: the
   members' logit average);
 * `learned`: its growth map is trained (its cost is counted; it is not affine in the weights, so the
@@ -103,6 +108,20 @@ def _stack_members(s, n, n_embd, n_layer, n_head, absorbed=()):
                           f"after it, e.g. ['stack_members', 'zero_block']")
 
 
+def _msg_members(s, n, n_embd, n_layer, n_head, absorbed=()):
+    check_heads(s, n_embd, n_head, "msg_members")
+    if n_embd < n * s.d:
+        raise GrowlmError(f"msg_members places m_2..m_{n} beside m_1 in the new capacity, so {n} members of width "
+                          f"{s.d} need width >= {n * s.d}, not {n_embd}")
+
+
+def _merge(s, n, n_embd, n_layer, n_head, absorbed=()):
+    _keeps_width("merge")(s, n, n_embd, n_layer, n_head)
+    if n_layer != s.L:
+        raise GrowlmError(f"merge keeps the depth ({s.L}), but depth {n_layer} was asked; chain a growth operator "
+                          f"after it, e.g. ['merge', 'msg']")
+
+
 def _concat(s, n, n_embd, n_layer, n_head, absorbed=()):
     check_heads(s, n_embd, n_head, "concat")
     if n_embd < n * s.d:
@@ -144,6 +163,19 @@ OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
     OperatorSpec("stack_members", "depth", exact=False, multi=True, options={"embed": "mean"},
                  check=_stack_members, natural=lambda s, n: (s.d, n * s.L),
                  summary="depth: the members' blocks one after another"),
+    OperatorSpec("msg_members", "both", exact=True, multi=True, ramps=("ramp_steps",), check=_msg_members,
+                 options={"ramp_steps": 100, "position": "interleave", "init_std": None, "cross": "random"},
+                 summary="msg of m_1 with m_2..m_n placed block-diagonally in the new capacity, masked in"),
+    OperatorSpec("merge", "width", exact=False, multi=True, check=_merge, natural=lambda s, n: (s.d, s.L),
+                 options={"align": "weights", "iterations": 5},
+                 summary="the members averaged into one model of their size (after weight matching)"),
+    OperatorSpec("teach", "refine", exact=True, multi=True, ramps=("teach_steps",),
+                 options={"teach_weight": 0.5, "temperature": 2.0, "teach_steps": 100},
+                 summary="refinement: KL towards the members' logit-average ensemble, weight decaying to 0"),
+    OperatorSpec("freeze", "refine", exact=True, ramps=("freeze_steps",), options={"freeze_steps": 100},
+                 summary="refinement: the inherited weights frozen for freeze_steps while the new ones train"),
+    OperatorSpec("carry", "refine", exact=True, options={},
+                 summary="refinement: AdamW starts from the members' moments, grown by the same operator"),
     OperatorSpec("ligo", "both", exact=False, multi=True, learned=True, options=dict(_LEARNED),
                  check=_keeps_heads("learned growth"), summary="LiGO: learned linear growth maps"),
     OperatorSpec("mango", "both", exact=False, multi=True, learned=True, options={"rank": 2, **_LEARNED},
@@ -160,7 +192,13 @@ METHODS: list[str] = methods()  # the built-in operators (plugins add to OPERATO
 
 
 def register_spec(spec: OperatorSpec) -> OperatorSpec:
-    """Add an operator's description (plugins); a name may be described once."""
+    """Add an operator's description (plugins); a name may be described once, except that a plugin
+    file's own description (read without running it, `growlm.plugins.describe`) is replaced by the
+    one its decorator gives when the file is imported."""
+    known = OPERATORS.get(spec.name)
+    if known is not None and known.source == spec.source and known.source != "growlm":
+        OPERATORS[spec.name] = spec
+        return spec
     if spec.name in OPERATORS or spec.name in SCHEDULES:
         raise GrowlmError(f"growth operator {spec.name!r} is described twice "
                           f"({OPERATORS[spec.name].source if spec.name in OPERATORS else 'a schedule'} "
@@ -168,6 +206,9 @@ def register_spec(spec: OperatorSpec) -> OperatorSpec:
     if spec.axis not in ("width", "depth", "both"):
         raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both, "
                           f"not {spec.axis!r}")
+    if spec.ramps and not set(spec.ramps) <= set(spec.options):
+        raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): ramps {list(spec.ramps)} must name "
+                          f"keyword options of the function (it has {', '.join(spec.options) or 'none'})")
     OPERATORS[spec.name] = spec
     return spec
 
@@ -197,6 +238,19 @@ def is_schedule(method) -> bool:
     return any(name in SCHEDULES for name in method_chain(method))
 
 
+REFINE = "refine"  # the axis of the refinement operators (teach, freeze, carry)
+
+
+def growth_names(method) -> list[str]:
+    """The operators of a method that grow (its refinement operators left out)."""
+    return [nm for nm in method_chain(method) if nm not in OPERATORS or OPERATORS[nm].axis != REFINE]
+
+
+def refine_names(method) -> list[str]:
+    """The refinement operators of a method (teach, freeze, carry), in chain order."""
+    return [nm for nm in method_chain(method) if nm in OPERATORS and OPERATORS[nm].axis == REFINE]
+
+
 def members_used(method, n: int) -> int:
     """How many of n members `method` (a name or chain) actually uses: all n when an operator of the
     chain combines members, else only the first (m_1); none for a schedule."""
@@ -217,7 +271,7 @@ def needs_single_member_control(method) -> bool:
 # chains: which operator grows what, to which intermediate size
 # ----------------------------------------------------------------------------------------------
 
-_AXIS_ORDER = {"width": 0, "both": 1, "depth": 2}
+_AXIS_ORDER = {"width": 0, "both": 1, "depth": 2, REFINE: 3}
 
 
 def chain_names(method) -> list[str]:
@@ -230,6 +284,15 @@ def chain_names(method) -> list[str]:
             raise GrowlmError(f"unknown growth method {name!r}; known: {', '.join(methods())}")
     if len(set(names)) != len(names):
         raise GrowlmError(f"growth chain {names} repeats an operator")
+    refine = [nm for nm in names if OPERATORS[nm].axis == REFINE]
+    if len(refine) == len(names):
+        raise GrowlmError(f"growth chain {names} has only refinement operators ({', '.join(refine)}); they change "
+                          f"how a grown model is refined, so add a growth operator, e.g. {['msg', *names]}")
+    learned = [nm for nm in names if OPERATORS[nm].learned]
+    for nm in ("freeze", "carry"):
+        if nm in refine and learned:
+            raise GrowlmError(f"growth chain {names}: {nm} needs an operator affine in the members' weights, and "
+                              f"{learned[0]} is learned")
     return names
 
 
@@ -246,7 +309,7 @@ def plan_chain(shape: ModelShape, n: int, method, *, n_embd: int, n_layer: int,
         raise GrowlmError(f"target depth n_layer={n_layer} is smaller than the members' depth {s.L}")
     if n_head is not None and (n_head <= 0 or n_embd % n_head):
         raise GrowlmError(f"n_head={n_head} does not divide the target width {n_embd}")
-    names = sorted(names, key=lambda nm: _AXIS_ORDER[OPERATORS[nm].axis])
+    names = sorted((nm for nm in names if OPERATORS[nm].axis != REFINE), key=lambda nm: _AXIS_ORDER[OPERATORS[nm].axis])
     steps, i = [], 0
     cur, cur_n = s, n
     while i < len(names):

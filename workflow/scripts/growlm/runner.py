@@ -6,8 +6,9 @@ it was made for these very settings, else a new one from `growlm.memory.measure.
 trains under it (`train_with_replanning`): on a CUDA out-of-memory error it steps one rung down the
 plan's ladder, writes the smaller plan and resumes from the last checkpoint.
 
-`run_torchrun(nproc, ...)` does the same with several processes: it writes the plan, the model and
-training settings as JSON and launches `python -m growlm.torchrun` under `torch.distributed.run`.
+`run_torchrun(nproc, ...)` does the same with several processes: it writes the plan, the model (or
+the folder of a grown model and its mask ramps) and training settings as JSON and launches
+`python -m growlm.torchrun` under `torch.distributed.run`.
 """
 
 from __future__ import annotations
@@ -36,20 +37,29 @@ from growlm.train_config import TrainConfig
 PLAN_FILE = "plan.json"  # beside the checkpoints, and copied beside the saved model
 
 
-def plan_settings(shape: ModelShape, cfg: TrainConfig, *, n_devices: int, memory_limit_gb: float | None) -> dict:
+def plan_settings(shape: ModelShape, cfg: TrainConfig, *, n_devices: int, memory_limit_gb: float | None,
+                  gpu_share: float = 1.0) -> dict:
     """What a memory plan depends on: a plan is reused only when all of these are the same."""
     return {"model": shape.as_dict(), "global_batch": cfg.batch_size, "context": cfg.context,
             "n_devices": n_devices, "device_type": torch.device(cfg.device).type,
-            "memory_limit_gb": memory_limit_gb}
+            "memory_limit_gb": memory_limit_gb, "gpu_share": gpu_share}
+
+
+def limit_gpu_memory(device: str, gpu_share: float = 1.0) -> None:
+    """Hold this process's CUDA allocator to its share of the GPU (`gpu_share` < 1: several jobs
+    share it), so that a job that outgrows its plan gets an out-of-memory error of its own, and is
+    re-planned, instead of taking memory its neighbours planned for. Nothing on the CPU."""
+    if gpu_share < 1 and torch.device(device).type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(gpu_share, torch.device(device))
 
 
 def job_plan(shape: ModelShape, cfg: TrainConfig, ckpt_dir: str | Path, *, n_devices: int = 1,
-             memory_limit_gb: float | None = None, log=print) -> tuple[Plan, Path]:
+             memory_limit_gb: float | None = None, gpu_share: float = 1.0, log=print) -> tuple[Plan, Path]:
     """The memory plan of a training job and its path (in `ckpt_dir`): the plan a previous attempt
     left there (it may have been stepped down after an out-of-memory error) when it was made for the
     same settings (`plan_settings`), else a new one, written there."""
     path = Path(ckpt_dir) / PLAN_FILE
-    wanted = plan_settings(shape, cfg, n_devices=n_devices, memory_limit_gb=memory_limit_gb)
+    wanted = plan_settings(shape, cfg, n_devices=n_devices, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
     if path.is_file():
         try:
             plan = read_plan(path)
@@ -61,7 +71,7 @@ def job_plan(shape: ModelShape, cfg: TrainConfig, ckpt_dir: str | Path, *, n_dev
                 return plan, path
             log(f"the memory plan left in {path} was made for other settings; making a new one")
     plan = make_plan(shape, context=cfg.context, global_batch=cfg.batch_size, n_devices=n_devices,
-                     memory_limit_gb=memory_limit_gb, device=cfg.device, log=log)
+                     memory_limit_gb=memory_limit_gb, device=cfg.device, gpu_share=gpu_share, log=log)
     plan.made_for = wanted
     write_plan(plan, path)
     return plan, path
@@ -110,10 +120,13 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
 
 def run_training(model: torch.nn.Module, cfg: TrainConfig, *, train_tokens: np.ndarray, val_tokens: np.ndarray,
                  ckpt_dir: str | Path, ledger_path: str | Path, memory_limit_gb: float | None = None,
-                 log=print) -> tuple[dict, Path]:
+                 gpu_share: float = 1.0, log=print) -> tuple[dict, Path]:
     """Train `model` in place under its job's memory plan (re-planned after an out-of-memory error);
-    returns train()'s summary and the path of the plan it finished with."""
-    plan, plan_path = job_plan(ModelShape.of(model), cfg, ckpt_dir, memory_limit_gb=memory_limit_gb, log=log)
+    returns train()'s summary and the path of the plan it finished with. `gpu_share`: the share of
+    the GPU's memory this job was given (`limit_gpu_memory`)."""
+    limit_gpu_memory(cfg.device, gpu_share)
+    plan, plan_path = job_plan(ModelShape.of(model), cfg, ckpt_dir, memory_limit_gb=memory_limit_gb,
+                               gpu_share=gpu_share, log=log)
     initial = copy.deepcopy(model.state_dict())  # a re-planned attempt starts from these weights
 
     def fresh_model():
@@ -146,20 +159,37 @@ def _package_env() -> dict:
     return env
 
 
-def run_torchrun(nproc: int, *, model_spec: dict, cfg: TrainConfig, train_file, val_file, ckpt_dir, out_dir,
-                 tokenizer_dir=None, memory_limit_gb: float | None = None, log=print) -> tuple[dict, Path]:
+def run_torchrun(nproc: int, *, cfg: TrainConfig, train_file, val_file, ckpt_dir, out_dir,
+                 model_spec: dict | None = None, grown_dir=None, ramps: dict | None = None,
+                 shape: ModelShape | None = None, tokenizer_dir=None, memory_limit_gb: float | None = None,
+                 gpu_share: float = 1.0, log=print) -> tuple[dict, Path]:
     """Train with `nproc` processes under torchrun (DDP or FSDP2, as the plan says); rank 0 saves the
-    model into `out_dir`. `model_spec`: keyword arguments of `growlm.model.build_model`, with `seed`.
-    Returns the summary and the path of the plan."""
+    model into `out_dir`. The model is one of: `model_spec`, keyword arguments of
+    `growlm.model.build_model` with `seed` (a model from scratch); `grown_dir`, a grown model as
+    `growlm.growth.save_grown` wrote it, with its mask-ramp lengths `ramps` (a refinement; `shape`,
+    the grown model's shape, for the plan). Each process builds or loads the same model. Returns the
+    summary and the path of the plan."""
+    if (model_spec is None) == (grown_dir is None):
+        raise GrowlmError("run_torchrun needs exactly one of model_spec (a new model) and grown_dir (a grown one)")
     ckpt = Path(ckpt_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
-    shape = ModelShape.of({k: v for k, v in model_spec.items() if k != "seed"})
-    _, plan_path = job_plan(shape, cfg, ckpt, n_devices=nproc, memory_limit_gb=memory_limit_gb, log=log)
-    (ckpt / "model.json").write_text(json.dumps(model_spec))
+    if shape is None:
+        if model_spec is None:
+            raise GrowlmError("run_torchrun with grown_dir needs the grown model's shape for its memory plan")
+        shape = ModelShape.of({k: v for k, v in model_spec.items() if k != "seed"})
+    _, plan_path = job_plan(shape, cfg, ckpt, n_devices=nproc, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
+                            log=log)
     (ckpt / "train.json").write_text(cfg.with_(device="cpu").to_json())  # each rank picks its device
-    args = ["--model-config", ckpt / "model.json", "--train-file", train_file, "--val-file", val_file,
-            "--train-config", ckpt / "train.json", "--plan", plan_path, "--ckpt-dir", ckpt,
-            "--ledger", ckpt / "ledger.csv", "--out-dir", out_dir, "--summary", ckpt / "summary.json"]
+    if model_spec is not None:
+        (ckpt / "model.json").write_text(json.dumps(model_spec))
+        args = ["--model-config", ckpt / "model.json"]
+    else:
+        (ckpt / "ramps.json").write_text(json.dumps(ramps or {}))
+        args = ["--grown-model", grown_dir, "--ramps", ckpt / "ramps.json"]
+    args += ["--train-file", train_file, "--val-file", val_file,
+             "--train-config", ckpt / "train.json", "--plan", plan_path, "--ckpt-dir", ckpt,
+             "--ledger", ckpt / "ledger.csv", "--out-dir", out_dir, "--summary", ckpt / "summary.json",
+             "--gpu-share", gpu_share]
     if tokenizer_dir:
         args += ["--tokenizer-dir", tokenizer_dir]
     cmd = launch_command(nproc, args)

@@ -202,6 +202,32 @@ def load_tokens(path: str | Path) -> np.ndarray:
     return arr
 
 
+def book_clusters(sources: dict[str, list[int]], count: int) -> list[list[str]]:
+    """The sources of a token file split into `count` disjoint clusters that together cover them,
+    balanced by tokens: largest source first, each to the cluster with the fewest tokens so far
+    (ties: the lower index). Deterministic: the same record gives the same clusters."""
+    if len(sources) < count:
+        raise GrowlmError(f"members.data: clusters needs at least {count} sources (books) at the members' levels to "
+                          f"make {count} clusters by book, but the tokens have {len(sources)}: "
+                          f"{', '.join(sources) or 'no record'}; lower members.shards or use data: shards")
+    clusters: list[list[str]] = [[] for _ in range(count)]
+    totals = [0] * count
+    for name, (start, end) in sorted(sources.items(), key=lambda kv: (kv[1][0] - kv[1][1], kv[0])):
+        k = min(range(count), key=lambda i: (totals[i], i))
+        clusters[k].append(name)
+        totals[k] += end - start
+    return clusters
+
+
+def cluster(tokens: np.ndarray, sources: dict[str, list[int]], index: int, count: int) -> np.ndarray:
+    """The tokens of cluster `index` of `book_clusters(sources, count)`, in file order (a copy)."""
+    if not 0 <= index < count:
+        raise GrowlmError(f"cluster index {index} out of range for {count} clusters")
+    names = set(book_clusters(sources, count)[index])
+    spans = sorted(tuple(v) for k, v in sources.items() if k in names)
+    return np.concatenate([np.asarray(tokens[a:b]) for a, b in spans])
+
+
 def shard(tokens: np.ndarray, index: int, count: int) -> np.ndarray:
     """Contiguous shard `index` of `count` (members trained on disjoint data)."""
     if not 0 <= index < count:

@@ -28,14 +28,15 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 
 from growlm import checkpoint
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
-from growlm.flops import model_train_flops_per_token
-from growlm.loss import evaluate, lm_loss
-from growlm.model import enable_recompute
+from growlm.flops import forward_flops_per_token, model_train_flops_per_token
+from growlm.loss import distill_loss, evaluate, lm_loss
+from growlm.model import enable_recompute, load_model
 from growlm.optim_state import apply_moments, save_moments
 from growlm.profiling.ranges import phase, session_from_env
 from growlm.train_config import TrainConfig
@@ -156,6 +157,71 @@ class _Progress:
         self.last_t, self.last_step = now, done
 
 
+class _Teachers:
+    """The members as teachers (the `teach` refinement operator): their logit average on a batch,
+    the weight of the KL term at a step (cfg.teach_weight decaying linearly to 0 at teach_steps),
+    and their forward FLOPs per token, which the ledger adds to the refinement's cost."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.models = [load_model(d).to(cfg.device).eval() for d in cfg.teachers]
+        for m in self.models:
+            m.requires_grad_(False)
+        self.cfg = cfg
+        self.flops_per_token = sum(
+            forward_flops_per_token(n_embd=m.config.n_embd, n_layer=m.config.n_layer, vocab_size=m.config.vocab_size,
+                                    context=cfg.context, n_inner=getattr(m.config, "n_inner", None))
+            for m in self.models)
+
+    def weight(self, step: int) -> float:
+        if step >= self.cfg.teach_steps:
+            return 0.0
+        return self.cfg.teach_weight * (1.0 - step / self.cfg.teach_steps)
+
+    @torch.no_grad()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(m(input_ids=x).logits.float() for m in self.models) / len(self.models)
+
+    def flops(self, step: int, tokens_per_step: int) -> int:
+        """The teachers' FLOPs over the first `step` steps (they run while their weight is not 0)."""
+        return min(step, self.cfg.teach_steps) * tokens_per_step * self.flops_per_token
+
+
+class _Frozen:
+    """The inherited entries held at their grown values for the first cfg.freeze_steps steps (the
+    `freeze` refinement operator): their gradients are zeroed before the optimizer step, so AdamW's
+    moments stay zero there, and their values are put back after it (AdamW's decoupled weight
+    decay would move them otherwise). The new entries train as usual."""
+
+    def __init__(self, core: torch.nn.Module, cfg: TrainConfig):
+        masks = load_file(cfg.freeze_masks)
+        params = dict(core.named_parameters())
+        unknown = sorted(set(masks) - set(params))
+        if unknown:
+            raise GrowlmError(f"{cfg.freeze_masks}: masks for parameters the model does not have: {unknown[:3]}")
+        self.items = []
+        for name, mask in masks.items():
+            p = params[name]
+            mask = mask.to(device=p.device, dtype=torch.bool)
+            if mask.shape != p.shape:
+                raise GrowlmError(f"{cfg.freeze_masks}: mask of {name} has shape {tuple(mask.shape)}, the parameter "
+                                  f"{tuple(p.shape)}")
+            if mask.any():
+                self.items.append((p, mask, p.detach().clone()))
+        self.steps = cfg.freeze_steps
+
+    def before_step(self, step: int) -> None:
+        if step < self.steps:
+            for p, mask, _ in self.items:
+                if p.grad is not None:
+                    p.grad.masked_fill_(mask, 0.0)
+
+    @torch.no_grad()
+    def after_step(self, step: int) -> None:
+        if step < self.steps:
+            for p, mask, value in self.items:
+                p.copy_(torch.where(mask, value, p))
+
+
 def _write_ledger(path: Path, rows: list[dict]) -> None:
     if _world()[0] != 0:  # under torchrun only rank 0 writes files
         return
@@ -218,13 +284,19 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             log(f"AdamW starts from carried-over moments for {n} parameters ({cfg.init_moments})")
     rows: list[dict] = state["rows"]
     start_step, wall_before = state["step"], state["wall_s"]
+    teachers = _Teachers(cfg) if cfg.teach_steps and cfg.teachers else None
+    if cfg.freeze_steps and cfg.strategy.startswith("fsdp"):
+        raise GrowlmError("freeze (inherited weights held fixed) works with one process or DDP, not with FSDP's "
+                          "sharded parameters; drop freeze from the method or give the job more memory")
+    frozen = _Frozen(core, cfg) if cfg.freeze_steps and start_step < cfg.freeze_steps else None
     t0 = time.perf_counter()
 
     def wall() -> float:
         return wall_before + time.perf_counter() - t0
 
     def record(step: int, train_loss: float | None, kind: str) -> dict:
-        row = {"step": step, "tokens": step * tokens_per_step, "flops": step * tokens_per_step * flops_per_token,
+        flops = step * tokens_per_step * flops_per_token + (teachers.flops(step, tokens_per_step) if teachers else 0)
+        row = {"step": step, "tokens": step * tokens_per_step, "flops": flops,
                "wall_s": round(wall(), 3), "lr": lr_at(max(step - 1, 0), cfg),
                "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
                "peak_mem_mb": round(peak_memory_mb(device), 1), "kind": kind}
@@ -260,12 +332,18 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
                 x, y = _to_device(x, device), _to_device(y, device)
             loss_value = 0.0
+            teach_weight = teachers.weight(step) if teachers else 0.0
             for i in range(0, local_batch, micro):
                 # DDP: all-reduce the gradients once per step, at the last micro-batch
                 last = i + micro >= local_batch or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if last else model.no_sync():
                     with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                        loss = lm_loss(step_model, x[i:i + micro], y[i:i + micro], logits=False)[0]
+                        xb, yb = x[i:i + micro], y[i:i + micro]
+                        if teach_weight > 0:
+                            loss = distill_loss(step_model(input_ids=xb).logits, yb, teachers.logits(xb),
+                                                weight=teach_weight, temperature=cfg.teach_temperature)
+                        else:
+                            loss = lm_loss(step_model, xb, yb, logits=False)[0]
                         loss = loss * (micro / local_batch)
                     with phase("backward"):
                         loss.backward()
@@ -280,10 +358,14 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 raise GrowlmError(f"loss is {loss_value} at step {step + 1}; training stopped. "
                                   + _nan_advice(ckpt_dir, cfg))
             with phase("optimizer"):
+                if frozen is not None:
+                    frozen.before_step(step)
                 if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                if frozen is not None:
+                    frozen.after_step(step)
             if step > start_step:  # the first step (compilation, allocator warm-up) is not timed
                 step_s += time.perf_counter() - t_step
                 steps_timed += 1
@@ -317,7 +399,9 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     achieved = steps_timed * tokens_per_step * flops_per_token / step_s if step_s > 0 else None
     if gpu_settings:  # model FLOPs per second of training steps over the device's bf16 peak
         gpu_settings["mfu"] = mfu(achieved or 0.0, gpu_settings["peak_flops"])
+    teacher_flops = teachers.flops(cfg.steps, tokens_per_step) if teachers else 0
     return {"steps": cfg.steps, "tokens": cfg.steps * tokens_per_step,
-            "flops": cfg.steps * tokens_per_step * flops_per_token, "wall_s": wall(),
+            "flops": cfg.steps * tokens_per_step * flops_per_token + teacher_flops, "teacher_flops": teacher_flops,
+            "wall_s": wall(),
             "final_val_loss": final["val_loss"], "flops_per_token": flops_per_token,
             "model_flops_per_s": achieved, "gpu_settings": gpu_settings, "config": cfg.to_dict()}

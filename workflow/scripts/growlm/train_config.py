@@ -44,6 +44,13 @@ class TrainConfig:
     seed: int = 0  # data seed: batch k depends only on (seed, k)
     init_moments: str | None = None  # AdamW moments to start from (growth carry-over), a file
     save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
+    # the refinement operators (growlm.methods: teach, freeze) - a refinement that uses none keeps the defaults
+    teachers: list[str] | None = None  # model folders of the members whose logit average teaches
+    teach_weight: float = 0.0  # weight of the KL term at step 0, decaying linearly to 0 at teach_steps
+    teach_temperature: float = 2.0
+    teach_steps: int = 0  # after these steps the teachers are no longer run
+    freeze_masks: str | None = None  # safetensors of bool masks: the inherited entries, held fixed
+    freeze_steps: int = 0  # ... for these first steps
     # how the steps run; not part of the run's identity
     device: str = "cpu"
     micro_batch_size: int | None = None  # gradient accumulation; None: the whole per-process batch
@@ -97,6 +104,12 @@ class TrainConfig:
                               f"({self.batch_size} x {self.context})")
         if self.lr <= 0:
             raise GrowlmError(f"learning rate must be positive, got {self.lr}")
+        if self.teach_steps and (not self.teachers or not 0 < self.teach_weight <= 1 or self.teach_temperature <= 0):
+            raise GrowlmError(f"teaching for {self.teach_steps} steps needs teachers, a weight in (0, 1] and a positive "
+                              f"temperature (got {len(self.teachers or [])} teachers, weight {self.teach_weight}, "
+                              f"temperature {self.teach_temperature})")
+        if self.freeze_steps and not self.freeze_masks:
+            raise GrowlmError(f"freezing for {self.freeze_steps} steps needs the inherited-weight masks (freeze_masks)")
         if self.strategy not in STRATEGIES:
             raise GrowlmError(f"unknown strategy {self.strategy!r}; one of {STRATEGIES}")
         if self.batch_size % world:

@@ -27,8 +27,9 @@ import jsonschema
 import yaml
 
 from growlm.errors import GrowlmError
-from growlm.experiment import arm_levels, normalise_sweep, refine_steps
+from growlm.experiment import arm_levels, normalise_sweep, refine_steps, trunk_tokens
 from growlm.methods import OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods, plan_chain
+from growlm.plugins import declare
 from growlm.shape import ModelShape
 from growlm.sources import kind as sources_kind, local_files
 
@@ -261,6 +262,14 @@ def _budget_problems(config: dict, sweep: dict) -> list[str]:
     if small["tokens"] < small["batch_size"] * context:
         out.append(f"train.small.tokens = {small['tokens']}: smaller than one batch of the members "
                    f"({small['batch_size']} x {context} = {small['batch_size'] * context} tokens)")
+    trunk = trunk_tokens(config)
+    if trunk:
+        one = small["batch_size"] * context
+        for what, tokens in (("the trunk", trunk), ("each member's branch", small["tokens"] - trunk)):
+            if tokens < one:
+                out.append(f"members.trunk = {config['members']['trunk']}: {what} would train {tokens} tokens, less "
+                           f"than one batch of the members ({one} tokens); choose a share that leaves both at least "
+                           f"one batch")
     batch = (t.get("refine") or {}).get("batch_size", t["large"]["batch_size"])
     for budget in sweep["budgets"]:
         for what, b in (("M_0", t["large"]["batch_size"]), ("the refinement", batch)):
@@ -272,8 +281,10 @@ def _budget_problems(config: dict, sweep: dict) -> list[str]:
     for name, opts in config["grow"]["options"].items():
         for key in OPERATORS[name].ramps if name in OPERATORS else ():
             if (opts or {}).get(key, 0) > steps:
+                why = ("it would outlast the refinement" if OPERATORS[name].axis == "refine" else
+                       "the grown model could not become a plain GPT-2 by its end")
                 out.append(f"grow.options.{name}.{key} = {opts[key]}: longer than the shortest refinement ({steps} "
-                           f"steps), so the grown model could not become a plain GPT-2 by its end; use <= {steps}")
+                           f"steps), so {why}; use <= {steps}")
     return out
 
 
@@ -302,6 +313,13 @@ def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | str |
                            f"{', '.join(sorted(present))})")
     if arms["evaluate"] not in present:
         out.append(f"levels.evaluate: level {arms['evaluate']!r} has no source in corpus.sources")
+    if config["members"]["data"] == "clusters":
+        books = [s["name"] for s in sources if str(s["level"]) in arms["members"]]
+        k = config["members"]["shards"]
+        if len(books) < k:
+            out.append(f"members.data = clusters: {k} clusters of whole books (members.shards = {k}) need at least {k} "
+                       f"sources at the members' levels ({', '.join(arms['members'])}), which have {len(books)}; "
+                       f"lower members.shards or use data: shards")
     names = [s["name"] for s in sources]
     for name in sorted({n for n in names if names.count(n) > 1}):
         out.append(f"corpus.sources: the name {name!r} is used {names.count(name)} times; names must be unique")
@@ -367,6 +385,11 @@ def check_config(config: dict, schema_file: str | Path, resolve_source: Callable
     """Coerce `config` in place, check it (raising one GrowlmError that lists every problem), fill
     the schema's defaults (`fill_defaults`, Snakemake's validate) and return the normalised sweep."""
     schema = yaml.safe_load(Path(schema_file).read_text())
+    plugins = (config.get("grow") or {}).get("plugins") if isinstance(config.get("grow"), dict) else None
+    if isinstance(plugins, str):
+        plugins = config["grow"]["plugins"] = [plugins]
+    if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+        declare(plugins)  # their operators' names and options, read without running them
     config.update(coerce(dict(config), schema, schema.get("$defs", {})))
     if isinstance(config.get("grow"), dict) and isinstance(config["grow"].get("options"), dict):
         config["grow"]["options"] = coerce_options(config["grow"]["options"])

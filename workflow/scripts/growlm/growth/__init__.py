@@ -4,6 +4,7 @@
     save_grown(model, dir) / load_grown(dir)
     options_of(name)          the options an operator takes, with their defaults
     register_operator(...)    describe and implement your own operator (see the README's tutorial)
+    load_plugins(paths)       import the plugin files of grow.plugins (their operators register)
 
 What each operator is (axis, exactness, options, constraints) is described in `growlm.methods`;
 the implementations are in this package, one module per family:
@@ -14,6 +15,7 @@ the implementations are in this package, one module per family:
     depth     zero_block, stack, interleave, stack_members
     msg       msg
     concat    concat
+    members   msg_members, merge (weight matching, averaging)
     learned   ligo, mango
     masked    GrownGPT2, the model with growth masks and grouped LayerNorm (msg, concat)
     common    GPT-2 weights as tensors, the width engine
@@ -25,9 +27,9 @@ the implementations are in this package, one module per family:
 from __future__ import annotations
 
 # every operator module registers its implementations on import
-from growlm.growth import clone, concat, depth, learned, lemon, msg, net2net  # noqa: F401
+from growlm.growth import clone, concat, depth, learned, lemon, members, msg, net2net  # noqa: F401
 from growlm.growth.chain import grow, load_grown, options_of, save_grown
 from growlm.growth.masked import GrownGPT2
-from growlm.growth.registry import register_operator
+from growlm.growth.registry import load_plugins, register_operator
 
-__all__ = ["grow", "save_grown", "load_grown", "options_of", "register_operator", "GrownGPT2"]
+__all__ = ["grow", "save_grown", "load_grown", "options_of", "register_operator", "load_plugins", "GrownGPT2"]

@@ -65,3 +65,33 @@ def grow_moments(members: list[torch.nn.Module], member_moments: list[dict], met
             moment = p.detach() - base[name]
             out[name][kind] = moment.clamp_min(0.0) if kind == "exp_avg_sq" else moment
     return out
+
+
+def inherited_masks(members: list[torch.nn.Module], method, *, n_embd: int, n_layer: int,
+                    n_head: int | None = None, seed: int = 0, **options) -> dict[str, torch.Tensor]:
+    """{parameter name: bool tensor}: which entries of the grown model come from the members' weights
+    (the `freeze` refinement operator holds them fixed for a first phase).
+
+    The same linear part as the moments: an entry is inherited when the operator's output there
+    depends on the members' weights, i.e. when grow(w) - grow(0) is not zero for members whose
+    every weight is drawn from [1, 2] (positive, so no copy, split or mean can cancel). New random
+    units, zero blocks and new LayerNorm gains (constants of the seed) are not."""
+    chain = method_chain(method)
+    learned = [name for name in chain if OPERATORS[name].learned]
+    if learned:
+        raise GrowlmError(f"inherited weights are not defined for the learned operator(s) {', '.join(learned)}")
+    method_arg = chain if len(chain) > 1 else chain[0]
+    kw = dict(n_embd=n_embd, n_layer=n_layer, n_head=n_head, seed=seed, **options)
+    gen = torch.Generator().manual_seed(7)
+
+    def probe(member):
+        twin = copy.deepcopy(member)
+        with torch.no_grad():
+            for p in twin.parameters():
+                p.copy_(1.0 + torch.rand(p.shape, generator=gen, dtype=torch.float64).to(p.dtype))
+        return twin
+
+    zero = grow([_as_weights(m, None, "exp_avg") for m in members], method_arg, **kw)
+    base = {name: p.detach().clone() for name, p in zero.named_parameters()}
+    grown = grow([probe(m) for m in members], method_arg, **kw)
+    return {name: (p.detach() - base[name]) != 0 for name, p in grown.named_parameters()}

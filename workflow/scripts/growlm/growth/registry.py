@@ -18,12 +18,15 @@ description's implementation and checks that its keyword options and defaults ar
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from typing import Callable
 
 from growlm.errors import GrowlmError
 from growlm.methods import OPERATORS, OperatorSpec, register_spec
+from growlm.plugins import describe
 
 IMPLEMENTATIONS: dict[str, Callable] = {}
 RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
@@ -72,10 +75,54 @@ def register_operator(name: str, *, axis: str, exact: bool, multi: bool = False,
 
     def wrap(fn: Callable) -> Callable:
         doc = (fn.__doc__ or "").strip().splitlines()
-        source = str(Path(inspect.getsourcefile(fn) or fn.__module__))
+        source = str(Path(inspect.getsourcefile(fn) or fn.__module__).resolve())
         register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
                                    options=signature_options(fn), check=check, natural=natural,
                                    absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source))
-        return implements(name)(fn)
+        fn = implements(name)(fn)
+        fn.growlm_operator = name  # how growlm.plugins.load finds what a plugin file registered
+        return fn
 
     return wrap
+
+
+def load_plugins(paths) -> list[str]:
+    """Import every plugin file of `grow.plugins` (growlm.plugins): their `register_operator`
+    decorators describe and implement their operators. Returns the operator names they registered.
+    A file already imported in this process whose operators are all still implemented is not run
+    again. Every problem names the file; an exception in the user's code is not shown as a traceback."""
+    names = []
+    for path in paths or ():
+        path = Path(path).resolve()
+        describe(path)  # the same errors, with the file named, before anything runs
+        module_name = f"growlm_plugin_{path.stem}_{abs(hash(str(path))) % 10**8}"
+        cached = sys.modules.get(module_name)
+        if cached is not None:
+            marked = _marked(cached)
+            if marked and all(IMPLEMENTATIONS.get(n) is fn for n, fn in marked.items()):
+                names += sorted(marked)
+                continue
+            del sys.modules[module_name]
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except GrowlmError as err:
+            del sys.modules[module_name]
+            raise GrowlmError(f"grow.plugins: {path}: {err}") from None
+        except Exception as err:  # the user's code: name the file and the problem, not a traceback
+            del sys.modules[module_name]
+            raise GrowlmError(f"grow.plugins: {path} failed to import: {type(err).__name__}: {err}") from None
+        added = sorted(_marked(module))
+        if not added:
+            raise GrowlmError(f"grow.plugins: {path} registered no operator when imported (is the decorator "
+                              f"growlm.growth.register_operator?)")
+        names += added
+    return names
+
+
+def _marked(module) -> dict[str, Callable]:
+    """{operator name: function} of the functions `register_operator` registered in a module."""
+    return {fn.growlm_operator: fn for fn in vars(module).values()
+            if callable(fn) and isinstance(getattr(fn, "growlm_operator", None), str)}

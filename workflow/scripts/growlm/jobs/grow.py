@@ -12,15 +12,16 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from growlm.data import BatchSampler
 from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.growth import grow as grow_models, save_grown
-from growlm.growth.moments import grow_moments
+from growlm.growth.moments import grow_moments, inherited_masks
 from growlm.jobs.common import log
 from growlm.jobs.train import train_and_save
-from growlm.methods import OPERATORS, members_used, method_chain
+from growlm.methods import OPERATORS, growth_names, members_used, method_chain, refine_names
 from growlm.model import build_model, load_model
 from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
 from growlm.profiling.ranges import phase
@@ -29,6 +30,8 @@ from growlm.schedules.vcycle import coalesce, decoalesce, interpolate
 from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
+
+INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (methods with freeze)
 
 
 def operator_options(chain: list[str], options: dict, *, seed: int, data_file=None,
@@ -67,8 +70,14 @@ def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=N
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
          optimizer_state: str = "fresh", data_file=None, learned_batches: dict | None = None) -> None:
     """Combine the trained members into M'_1 with a growth operator; record its cost. With
-    `optimizer_state="carry"` the members' AdamW moments are grown too (growlm.growth.moments)."""
-    chain = method_chain(method)
+    `optimizer_state="carry"` (or `carry` in the chain) the members' AdamW moments are grown too
+    (growlm.growth.moments); with `freeze` in the chain the entries inherited from the members are
+    marked (`inherited.safetensors`) for the refinement to hold. `options` are the growth operators'
+    (the refinement operators' options reach the refine job, not this one)."""
+    full_chain = method_chain(method)
+    chain = growth_names(full_chain)
+    if "carry" in refine_names(full_chain):
+        optimizer_state = "carry"
     options = operator_options(chain, options, seed=seed, data_file=data_file, learned_batches=learned_batches)
     members = [load_model(d) for d in member_dirs]
     t0 = time.perf_counter()
@@ -79,11 +88,16 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     check_finite(grown, method, options, data_file)
     flops = int(getattr(grown, "growlm_growth_flops", 0))
     save_grown(grown, out_dir)
-    used = member_dirs[:members_used(chain, len(member_dirs))]  # a single-source chain grows m_1 only
+    used = member_dirs[:members_used(full_chain, len(member_dirs))]  # a single-source chain grows m_1 only
     member_cost = []
+    trunks = {}
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
         meta = read_json(Path(d) / "growlm.json")
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+        if meta.get("init_from"):
+            trunks[meta["init_from"]] = read_json(Path(meta["init_from"]) / "growlm.json")["train"]
+    for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once
+        member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"], "role": "trunk"})
     carried = {}
     if optimizer_state == "carry":
         loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in member_dirs]
@@ -93,9 +107,17 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
         save_grown_moments(Path(out_dir) / GROWN_MOMENTS_FILE, moments, step)
         carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
         log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
+    if "freeze" in refine_names(full_chain):
+        masks = inherited_masks(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
+                                seed=seed, **options)
+        save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()},
+                  str(Path(out_dir) / INHERITED_FILE))
+        carried["inherited"] = INHERITED_FILE
+        share = sum(int(v.sum()) for v in masks.values()) / max(1, sum(v.numel() for v in masks.values()))
+        log(f"marked the inherited entries for freeze: {share:.1%} of the grown model's weights")
     shown = {k: v for k, v in options.items() if k != "batches"}
     (Path(out_dir) / "growth.json").write_text(json.dumps(
-        {"method": method, "chain": chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
+        {"method": method, "chain": full_chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
          "members": member_cost, "optimizer_state": optimizer_state, **carried}, indent=2))
     log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 

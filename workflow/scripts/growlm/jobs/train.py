@@ -19,11 +19,12 @@ from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.growth import load_grown
 from growlm.jobs.common import checkpoint_dir_for, log
-from growlm.model import build_model, save_model
+from growlm.model import build_model, load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.runner import run_torchrun, run_training
+from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
-from growlm.tokens import load_tokens, shard as take_shard
+from growlm.tokens import book_clusters, cluster as take_cluster, load_tokens, shard as take_shard, token_sources
 from growlm.train_config import TrainConfig
 
 
@@ -48,10 +49,15 @@ def _save(model, summary: dict, plan_path: Path, *, out_dir: Path, ckpt: Path, t
 
 
 def train_and_save(model, cfg: TrainConfig, *, train_file, val_file, out_dir, tokenizer_dir, info: dict,
-                   shard: list[int] | None = None, memory_limit_gb: float | None = None) -> dict:
+                   shard: list[int] | dict | None = None, memory_limit_gb: float | None = None,
+                   gpu_share: float = 1.0) -> dict:
     """Train `model` in this process under its memory plan, then save it with its ledger and plan."""
     train_tokens = load_tokens(train_file)
-    if shard is not None:
+    if isinstance(shard, dict):  # members.data: clusters - the member's cluster of books
+        train_tokens = take_cluster(train_tokens, token_sources(train_file), shard["index"], shard["count"])
+        log(f"cluster {shard['index'] + 1} of {shard['count']}: "
+            f"{', '.join(book_clusters(token_sources(train_file), shard['count'])[shard['index']])}")
+    elif shard is not None:
         train_tokens = take_shard(train_tokens, *shard)
     out_dir = Path(out_dir)
     ckpt = checkpoint_dir_for(out_dir)
@@ -59,47 +65,105 @@ def train_and_save(model, cfg: TrainConfig, *, train_file, val_file, out_dir, to
         f"{cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens on {cfg.device}; checkpoints in {ckpt}")
     summary, plan_path = run_training(model, cfg, train_tokens=train_tokens, val_tokens=load_tokens(val_file),
                                       ckpt_dir=ckpt, ledger_path=ckpt / "ledger.csv",
-                                      memory_limit_gb=memory_limit_gb, log=log)
+                                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, log=log)
     _save(model, summary, plan_path, out_dir=out_dir, ckpt=ckpt, tokenizer_dir=tokenizer_dir, info=info)
     return summary
 
 
+def train_under_torchrun(nproc: int, *, cfg: TrainConfig, out_dir, info: dict, **launch) -> dict:
+    """Train with `nproc` processes (`growlm.runner.run_torchrun`, which takes `launch`: the model
+    to build or the grown model to load, the data, the memory settings); rank 0 saves the model,
+    then this job adds its own record to the model's growlm.json and copies the plan beside it, as
+    a one-process job does."""
+    out_dir = Path(out_dir)
+    log(f"training {info.get('role')} for {cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens in {nproc} "
+        f"processes; checkpoints in {checkpoint_dir_for(out_dir)}")
+    summary, plan_path = run_torchrun(nproc, cfg=cfg, ckpt_dir=checkpoint_dir_for(out_dir), out_dir=out_dir, log=log,
+                                      **launch)
+    meta_path = out_dir / "growlm.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta_path.write_text(json.dumps({**meta, **info, "processes": nproc, "train": summary}, indent=2, default=str))
+    shutil.copy(plan_path, out_dir / "plan.json")
+    log(f"saved {out_dir}; final val loss {summary.get('final_val_loss')}")
+    return summary
+
+
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
-                out_dir, shard: list[int] | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
-                keep_moments: bool = False) -> dict:
+                out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
+                gpu_share: float = 1.0, compile: bool = False, keep_moments: bool = False,
+                init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
-    `model`: `growlm.experiment.model_settings`."""
+    `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (torchrun with
+    several, when they are visible; a GPU asked for but absent means the CPU), `gpu_share` (of each
+    GPU's memory, for the planner) and `compile` (torch.compile the training steps)."""
     spec = {**model, "vocab_size": vocab_size(tokenizer_dir)}
-    cfg = TrainConfig.from_dict(train, device=choose_device())
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=bool(compile))
     if keep_moments:
         cfg.save_moments = str(Path(out_dir) / MEMBER_MOMENTS_FILE)
     info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed}
+    if init_from is not None:  # a branch of the members' shared trunk (members.trunk)
+        return train_and_save(branch_of(init_from, spec), cfg, train_file=train_file, val_file=val_file,
+                              out_dir=out_dir, tokenizer_dir=tokenizer_dir, shard=shard,
+                              memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
+                              info={**info, "shard": shard, "init_from": str(init_from)})
     nproc = processes_for(gpus)
     if nproc > 1 and shard is None:
-        out_dir = Path(out_dir)
-        summary, plan_path = run_torchrun(nproc, model_spec={**spec, "seed": init_seed}, cfg=cfg, train_file=train_file,
-                                          val_file=val_file, ckpt_dir=checkpoint_dir_for(out_dir), out_dir=out_dir,
-                                          tokenizer_dir=tokenizer_dir, memory_limit_gb=memory_limit_gb, log=log)
-        meta_path = out_dir / "growlm.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        meta_path.write_text(json.dumps({**meta, **info, "processes": nproc, "train": summary}, indent=2, default=str))
-        shutil.copy(plan_path, out_dir / "plan.json")
-        return summary
+        return train_under_torchrun(nproc, cfg=cfg, out_dir=out_dir, info=info, model_spec={**spec, "seed": init_seed},
+                                    train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                                    memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
     return train_and_save(build_model(seed=init_seed, **spec), cfg, train_file=train_file, val_file=val_file,
                           out_dir=out_dir, tokenizer_dir=tokenizer_dir, shard=shard, memory_limit_gb=memory_limit_gb,
-                          info={**info, "shard": shard})
+                          gpu_share=gpu_share, info={**info, "shard": shard})
+
+
+def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
+    """The members' shared trunk, as the start of one member's branch; it must have the member's shape."""
+    model = load_model(trunk_dir)
+    c = model.config
+    want = (spec["n_embd"], spec["n_layer"], spec["vocab_size"])
+    if (c.n_embd, c.n_layer, c.vocab_size) != want:
+        raise GrowlmError(f"the trunk {trunk_dir} has width {c.n_embd}, depth {c.n_layer}, vocabulary {c.vocab_size}, "
+                          f"not the member's {want}; delete it and run the workflow again")
+    return model
+
+
+def apply_refine_operators(cfg: TrainConfig, refine_with: dict | None, growth: dict, grown_dir) -> dict:
+    """Set the refinement operators of the method (`growlm.experiment.refine_operators`) on `cfg`:
+    `teach` runs the members the grow job used (growth.json) as teachers, `freeze` holds the
+    entries the grow job marked as inherited (`inherited.safetensors`). Returns what was set, for
+    the model's growlm.json."""
+    refine_with = refine_with or {}
+    if "teach" in refine_with:
+        t = refine_with["teach"]
+        teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
+        if not teachers:
+            raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
+        cfg.teachers, cfg.teach_weight = teachers, float(t["teach_weight"])
+        cfg.teach_temperature, cfg.teach_steps = float(t["temperature"]), min(int(t["teach_steps"]), cfg.steps)
+        log(f"teach: {len(teachers)} member(s) teach for {cfg.teach_steps} steps (weight {cfg.teach_weight} -> 0, "
+            f"temperature {cfg.teach_temperature})")
+    if "freeze" in refine_with:
+        masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
+        if not masks.is_file():
+            raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
+                              f"delete {grown_dir} and run the workflow again")
+        cfg.freeze_masks, cfg.freeze_steps = str(masks), min(int(refine_with["freeze"]["freeze_steps"]), cfg.steps)
+        log(f"freeze: inherited weights held for {cfg.freeze_steps} steps")
+    return refine_with
 
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
-           memory_limit_gb: float | None = None) -> dict:
+           memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
+           gpu_share: float = 1.0, compile: bool = False) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up,
     or the members' carried-over moments when the grow job grew them). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
-    this refinement."""
+    this refinement. `gpus`, `gpu_share`, `compile`: how it runs, as for `train_model`; with several
+    GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
     model = load_grown(grown_dir)
     growth = read_json(Path(grown_dir) / "growth.json")
-    cfg = TrainConfig.from_dict(train, device=choose_device())
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=bool(compile))
     if ramps and hasattr(model, "set_ramps"):
         too_long = {k: v for k, v in ramps.items() if v > cfg.steps}
         if too_long:
@@ -109,6 +173,14 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
         log(f"mask ramps: {ramps} (refinement steps)")
     if growth.get("optimizer_state") == "carry":
         cfg.init_moments = str(Path(grown_dir) / growth["moments"])
+    apply_refine_operators(cfg, refine_with, growth, grown_dir)
+    info = {"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed}
+    nproc = processes_for(gpus)
+    if nproc > 1:
+        return train_under_torchrun(nproc, cfg=cfg, out_dir=out_dir, info=info, grown_dir=grown_dir,
+                                    ramps=ramps if hasattr(model, "set_ramps") else None, shape=ModelShape.of(model),
+                                    train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                                    memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
     return train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
-                          tokenizer_dir=tokenizer_dir, memory_limit_gb=memory_limit_gb,
-                          info={"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed})
+                          tokenizer_dir=tokenizer_dir, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
+                          info=info)

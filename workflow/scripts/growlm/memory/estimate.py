@@ -69,9 +69,10 @@ On the CPU (fp32) this is within 2% of the measured peak in the accumulation ste
 models); on an H100 (bf16) the activation slope was within about 3% (high) and the intercept 5-9%
 low before the autocast copies were added; the measured pre-run corrects what is left.
 
-A plan must satisfy peak <= safety (0.9) * usable, where usable is the device's total memory less a
-fixed CUDA context allowance (512 MiB), or the `memory_limit_gb` cap if smaller. On the CPU the cap
-applies to this estimate directly. Evaluation (no grad, micro-batch sized) needs less.
+A plan must satisfy peak <= safety (0.9) * usable, where usable is the job's share of the device's
+total memory (`gpu_share`, 1 unless several jobs share a GPU) less a fixed CUDA context allowance
+(512 MiB), or the `memory_limit_gb` cap if smaller. On the CPU the cap applies to this estimate
+directly. Evaluation (no grad, micro-batch sized) needs less.
 """
 
 from __future__ import annotations
@@ -264,11 +265,21 @@ def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "
 
 # --- devices ----------------------------------------------------------------------------------
 
-def device_budget(device_type: str, memory_limit_gb: float | None) -> tuple[int, int]:
-    """(usable bytes per device, of which the safety factor keeps `SAFETY`), as (raw, budget)."""
+def device_budget(device_type: str, memory_limit_gb: float | None, gpu_share: float = 1.0) -> tuple[int, int]:
+    """(usable bytes per device, of which the safety factor keeps `SAFETY`), as (raw, budget).
+
+    On a GPU shared by several jobs (`gpu_share` = 1/k for k jobs), a job may use only its share:
+    share x the device's memory, less its own CUDA context (every process has one), and never more
+    than `memory_limit_gb`. The share is not applied on the CPU, where `memory_limit_gb` (or the
+    host's memory) is the budget."""
+    if not 0 < gpu_share <= 1:
+        raise GrowlmError(f"gpu_share must be in (0, 1], got {gpu_share}")
     if device_type == "cuda":
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        usable = total - CUDA_CONTEXT_BYTES
+        usable = int(total * gpu_share) - CUDA_CONTEXT_BYTES
+        if usable <= 0:
+            raise GrowlmError(f"a share of {gpu_share} of this GPU ({total / GiB:.1f} GiB) leaves nothing beside the "
+                              f"CUDA context ({CUDA_CONTEXT_BYTES / GiB:.1f} GiB); let fewer jobs share it")
         if memory_limit_gb is not None:
             usable = min(usable, int(memory_limit_gb * GiB))
     else:

@@ -36,12 +36,13 @@ from growlm.train_config import TrainConfig
 
 def make_plan(model, *, context: int, global_batch: int, n_devices: int | None = None,
               memory_limit_gb: float | None = None, device: str | None = None, measure: bool | None = None,
-              allow_offload: bool = True, log=None) -> Plan:
+              allow_offload: bool = True, gpu_share: float = 1.0, log=None) -> Plan:
     """The fastest setting that fits (`growlm.memory.estimate`), corrected by a measured pre-run.
 
     `model`: GPT2Config, model, ModelShape or dict; `n_devices`: processes/GPUs (default: the torch.distributed world size, else 1);
-    `memory_limit_gb`: a cap per device (on the CPU it applies to the analytic estimate); `measure`:
-    correct the estimate by a short pre-run on the device (default: on CUDA)."""
+    `memory_limit_gb`: a cap per device (on the CPU it applies to the analytic estimate); `gpu_share`:
+    the share of each GPU's memory this job may use (1/k when k jobs share a GPU; `device_budget`);
+    `measure`: correct the estimate by a short pre-run on the device (default: on CUDA)."""
     shape = ModelShape.of(model)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -51,7 +52,7 @@ def make_plan(model, *, context: int, global_batch: int, n_devices: int | None =
     if global_batch % n_devices:
         raise GrowlmError(f"global batch {global_batch} is not divisible by {n_devices} devices")
     precision = "bf16-autocast" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    usable, budget = device_budget(device_type, memory_limit_gb)
+    usable, budget = device_budget(device_type, memory_limit_gb, gpu_share)
     if measure is None:
         measure = device_type == "cuda"
     kw = dict(context=context, global_batch=global_batch, n_devices=n_devices, device_type=device_type,

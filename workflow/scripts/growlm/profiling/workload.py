@@ -22,7 +22,7 @@ import torch
 
 from growlm.devices import choose_device
 from growlm.growth import grow, load_grown
-from growlm.methods import OPERATORS, method_chain
+from growlm.methods import OPERATORS, growth_names
 from growlm.model import build_model
 from growlm.tokens import load_tokens
 from growlm.train import train
@@ -45,7 +45,7 @@ def build(kind: str, model: dict, *, width: int, depth: int, vocab: int, grown_d
         method, n, d0, l0 = random_members.split(":")
         members = [build_model(seed=i, **{**model, "n_embd": int(d0), "n_layer": int(l0), "vocab_size": vocab})
                    for i in range(int(n))]
-        chain = method_chain(method)
+        chain = growth_names(method)
         ramps = {key: 200_000 for name in chain for key in OPERATORS[name].ramps}
         return grow(members, chain, n_embd=width, n_layer=depth, seed=0, **ramps)
     return build_model(seed=0, **{**model, "n_embd": width, "n_layer": depth, "vocab_size": vocab})

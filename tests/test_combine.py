@@ -1,0 +1,371 @@
+"""Several members worth more than one, and your own method (issue: combining members, plugins).
+
+* msg_members is exactly m_1 at step 0 and places every other member block-diagonally;
+* merge recovers a model from a permuted copy of itself (weight matching), and the linear
+  assignment is optimal;
+* the teachers' KL term has the gradient T (softmax(z/T) - softmax(t/T)) / N, and the teachers'
+  forward FLOPs are in the refinement's ledger;
+* freeze holds exactly the inherited entries for its steps and lets the new ones train;
+* clusters of books are disjoint, cover every book and balance tokens;
+* a plugin operator runs through a real tiny workflow; a broken plugin stops before any job.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, TINY, copy_workflow, learnable_tokens, run_snakemake
+
+from growlm.errors import GrowlmError
+from growlm.flops import forward_flops_per_token, model_train_flops_per_token
+from growlm.growth import grow, load_plugins
+from growlm.growth.common import pack, unpack
+from growlm.growth.members import linear_assignment, permute
+from growlm.growth.moments import inherited_masks
+from growlm.jobs.plugins import check_operator
+from growlm.loss import distill_loss
+from growlm.methods import OPERATORS, plan_chain
+from growlm.model import build_model, save_model
+from growlm.plugins import declare, describe
+from growlm.shape import ModelShape
+from growlm.tokens import book_clusters, cluster
+from growlm.train import train
+from growlm.train_config import TrainConfig
+
+V, T = 97, 16
+
+
+@pytest.fixture(autouse=True)
+def operators_as_they_were():
+    """Plugins registered by a test are forgotten after it (other tests in this process parse their
+    own copies of the same plugin files)."""
+    from growlm.growth.registry import IMPLEMENTATIONS
+
+    saved = dict(OPERATORS), dict(IMPLEMENTATIONS)
+    yield
+    for table, before in zip((OPERATORS, IMPLEMENTATIONS), saved):
+        table.clear()
+        table.update(before)
+
+
+def members(n, d=16, L=2, dtype=torch.float64):
+    return [build_model(seed=10 + i, n_embd=d, n_layer=L, n_positions=T, head_dim=8, vocab_size=V).to(dtype)
+            for i in range(n)]
+
+
+def logits(model, x):
+    with torch.no_grad():
+        return model(input_ids=x).logits
+
+
+X = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(0))
+
+
+# ----------------------------------------------------------------------------------------------
+# msg_members and merge
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,cross", [(2, "random"), (3, "zero"), (4, "random")])
+def test_msg_members_is_exactly_m1_at_step_0_and_holds_every_member(n, cross):
+    ms = members(n)
+    g = grow(ms, "msg_members", n_embd=16 * n, n_layer=4, seed=3, ramp_steps=10, cross=cross)
+    assert (logits(g, X) - logits(ms[0], X)).abs().max() < 1e-12
+    # the same random new weights as msg of m_1: with one member it is msg
+    solo = grow(ms[:1], "msg_members", n_embd=16 * n, n_layer=4, seed=3, ramp_steps=10)
+    ref = grow(ms[:1], "msg", n_embd=16 * n, n_layer=4, seed=3, ramp_steps=10)
+    assert all(torch.equal(a, b) for a, b in zip(solo.parameters(), ref.parameters()))
+    # member j sits in the j-th block of coordinates of every old block (interleave: blocks 0 and 2)
+    W, f0 = unpack(g.gpt2), 64
+    for j, m in enumerate(ms):
+        M, r, f = unpack(m), slice(16 * j, 16 * (j + 1)), slice(f0 * j, f0 * (j + 1))
+        assert torch.equal(W["wte"][:, r], M["wte"])
+        for t, p in ((0, 0), (2, 1)):
+            assert torch.equal(W["blocks"][t]["q_w"][r, r], M["blocks"][p]["q_w"])
+            assert torch.equal(W["blocks"][t]["fc_w"][r, f], M["blocks"][p]["fc_w"])
+            assert torch.equal(W["blocks"][t]["pr_w"][f, r], M["blocks"][p]["pr_w"])
+    if cross == "zero":
+        assert W["blocks"][0]["q_w"][0:16, 16:32].abs().max() == 0
+    g.growth_step(10)
+    assert (logits(g, X) - logits(ms[0], X)).abs().max() > 1e-3  # the other members are in
+
+
+def test_msg_members_needs_room_for_every_member():
+    s = ModelShape.of(members(1)[0])
+    with pytest.raises(GrowlmError, match="need width >= 48"):
+        plan_chain(s, 3, "msg_members", n_embd=32, n_layer=4)
+
+
+def test_linear_assignment_is_optimal():
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 7):
+        c = rng.normal(size=(n, n))
+        got = c[np.arange(n), linear_assignment(c)].sum()
+        best = min(c[np.arange(n), list(p)].sum() for p in itertools.permutations(range(n)))
+        assert got == pytest.approx(best)
+
+
+def test_merge_recovers_a_model_from_a_permuted_copy_of_itself():
+    m = members(1, d=32)[0]
+    gen = torch.Generator().manual_seed(5)
+    res = torch.randperm(32, generator=gen)
+    heads = [torch.randperm(4, generator=gen) for _ in range(2)]
+    mlp = [torch.randperm(128, generator=gen) for _ in range(2)]
+    twin = pack(permute(unpack(m), res, heads, mlp, 8), m.config)
+    assert (logits(twin, X) - logits(m, X)).abs().max() < 1e-12  # a permutation changes no function
+    assert not torch.equal(twin.transformer.h[0].mlp.c_fc.weight, m.transformer.h[0].mlp.c_fc.weight)
+    merged = grow([m, twin], "merge", n_embd=32, n_layer=2)
+    assert all(torch.equal(a, b) for a, b in zip(merged.parameters(), m.parameters()))
+    naive = grow([m, twin], "merge", n_embd=32, n_layer=2, align="none")
+    assert (logits(naive, X) - logits(m, X)).abs().max() > 1e-3
+    grown = grow([m, twin], ["merge", "msg"], n_embd=64, n_layer=4, ramp_steps=5)
+    assert (logits(grown, X) - logits(m, X)).abs().max() < 1e-12  # merge then exact msg
+
+
+# ----------------------------------------------------------------------------------------------
+# the refinement operators in the chain
+# ----------------------------------------------------------------------------------------------
+
+def test_refinement_operators_stand_in_a_chain_but_grow_nothing():
+    s = ModelShape.of(members(1)[0])
+    steps = plan_chain(s, 2, ["msg", "teach", "freeze"], n_embd=32, n_layer=4)
+    assert [fused for fused, *_ in steps] == [["msg"]]
+    with pytest.raises(GrowlmError, match="only refinement operators"):
+        plan_chain(s, 2, ["teach"], n_embd=32, n_layer=4)
+    with pytest.raises(GrowlmError, match="freeze needs an operator affine"):
+        plan_chain(s, 2, ["ligo", "freeze"], n_embd=32, n_layer=4)
+    assert OPERATORS["teach"].multi and not OPERATORS["freeze"].multi
+
+
+def test_distill_loss_gradient_is_t_times_the_softmax_difference():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 5, 11, generator=gen, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(2, 5, 11, generator=gen, dtype=torch.float64) * 3
+    y = torch.randint(0, 11, (2, 5), generator=gen)
+    temp, n = 2.5, 10
+    kd = distill_loss(z, y, t, weight=1.0, temperature=temp)
+    (grad,) = torch.autograd.grad(kd, z)
+    expected = temp * (torch.softmax(z / temp, -1) - torch.softmax(t / temp, -1)) / n
+    assert (grad.double() - expected).abs().max() < 1e-6  # (the loss is computed in fp32)
+    ce = torch.nn.functional.cross_entropy(z.reshape(-1, 11), y.reshape(-1))
+    assert distill_loss(z, y, t, weight=0.0, temperature=temp).item() == pytest.approx(ce.item())
+    mixed = distill_loss(z, y, t, weight=0.3, temperature=temp)
+    assert mixed.item() == pytest.approx(0.7 * ce.item() + 0.3 * kd.item(), rel=1e-5)
+
+
+def _cfg(tmp, **kw):
+    return TrainConfig(tokens=8 * 4 * T, batch_size=4, context=T, lr=3e-3, warmup_steps=1, eval_interval=2,
+                       eval_tokens=4 * T, checkpoint_every=100, **kw)
+
+
+def test_teachers_forward_flops_are_in_the_refinement_ledger(tmp_path):
+    torch.manual_seed(0)
+    ms = members(2, dtype=torch.float32)
+    dirs = []
+    for i, m in enumerate(ms):
+        save_model(m, tmp_path / f"m{i}")
+        dirs.append(str(tmp_path / f"m{i}"))
+    tokens = learnable_tokens(V, 4000)
+    student = grow(ms, "msg_members", n_embd=32, n_layer=4, ramp_steps=2)
+    cfg = _cfg(tmp_path, teachers=dirs, teach_weight=0.5, teach_temperature=2.0, teach_steps=3)
+    summary = train(student, tokens, tokens, cfg, ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "ledger.csv",
+                    log=lambda *_: None)
+    per_token = model_train_flops_per_token(student.config, T)
+    teacher = 2 * forward_flops_per_token(n_embd=16, n_layer=2, vocab_size=V, context=T)
+    tps = 4 * T
+    rows = list(csv.DictReader(open(tmp_path / "ledger.csv")))
+    for r in rows:
+        step = int(r["step"])
+        assert int(float(r["flops"])) == step * tps * per_token + min(step, 3) * tps * teacher
+    assert summary["teacher_flops"] == 3 * tps * teacher
+    assert summary["flops"] == 8 * tps * per_token + 3 * tps * teacher
+
+
+def test_teaching_changes_the_first_steps_only(tmp_path):
+    ms = members(2, dtype=torch.float32)
+    for i, m in enumerate(ms):
+        save_model(m, tmp_path / f"m{i}")
+    tokens = learnable_tokens(V, 4000)
+    runs = {}
+    for name, kw in {"plain": {}, "teach": dict(teachers=[str(tmp_path / "m0"), str(tmp_path / "m1")],
+                                                 teach_weight=0.9, teach_steps=2)}.items():
+        model = grow(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2)
+        train(model, tokens, tokens, _cfg(tmp_path, dense_log_steps=8, **kw), ckpt_dir=tmp_path / f"ck_{name}",
+              ledger_path=tmp_path / f"{name}.csv", log=lambda *_: None)
+        runs[name] = [r for r in csv.DictReader(open(tmp_path / f"{name}.csv")) if r["train_loss"]]
+    assert runs["plain"][0]["train_loss"] != runs["teach"][0]["train_loss"]  # step 1: the mixed loss
+
+
+def test_freeze_holds_exactly_the_inherited_entries(tmp_path):
+    ms = members(1, dtype=torch.float32)
+    grown = grow(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2, seed=1)
+    masks = inherited_masks(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2, seed=1)
+    q = masks["gpt2.transformer.h.0.attn.c_attn.weight"]
+    assert q[:16, :16].all() and not q[16:, :].any() and not q[:, 16:32].any()  # m_1's q block only
+    assert not masks["gpt2.transformer.h.1.attn.c_attn.weight"].any()  # a new block
+    assert masks["gpt2.transformer.wte.weight"][:, :16].all() and not masks["gpt2.transformer.wte.weight"][:, 16:].any()
+    from safetensors.torch import save_file
+
+    save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(tmp_path / "inherited.safetensors"))
+    before = {k: p.detach().clone() for k, p in grown.named_parameters()}
+    cfg = _cfg(tmp_path, freeze_masks=str(tmp_path / "inherited.safetensors"), freeze_steps=8)
+    train(grown, learnable_tokens(V, 4000), learnable_tokens(V, 4000), cfg, ckpt_dir=tmp_path / "ck",
+          ledger_path=tmp_path / "l.csv", log=lambda *_: None)
+    for k, p in grown.named_parameters():
+        assert torch.equal(p.detach()[masks[k]], before[k][masks[k]]), k
+    moved = sum(int((p.detach() != before[k])[~masks[k]].sum()) for k, p in grown.named_parameters())
+    assert moved > 1000  # the new entries trained
+
+
+# ----------------------------------------------------------------------------------------------
+# specialised members: clusters of books
+# ----------------------------------------------------------------------------------------------
+
+def test_book_clusters_are_disjoint_cover_every_book_and_balance_tokens():
+    sizes = {"a": 900, "b": 500, "c": 400, "d": 300, "e": 250, "f": 100, "g": 50}
+    start, sources = 0, {}
+    for k, n in sizes.items():
+        sources[k] = [start, start + n]
+        start += n
+    tokens = np.arange(start)
+    for count in (2, 3, 4):
+        parts = book_clusters(sources, count)
+        names = [nm for p in parts for nm in p]
+        assert sorted(names) == sorted(sizes) and len(set(names)) == len(names)
+        totals = [sum(sizes[nm] for nm in p) for p in parts]
+        assert max(totals) - min(totals) <= max(sizes.values())
+        got = np.concatenate([cluster(tokens, sources, i, count) for i in range(count)])
+        assert sorted(got.tolist()) == tokens.tolist()  # disjoint and covering, token for token
+    assert book_clusters(sources, 2) == book_clusters(dict(reversed(list(sources.items()))), 2)
+    with pytest.raises(GrowlmError, match="at least 8 sources"):
+        book_clusters(sources, 8)
+
+
+# ----------------------------------------------------------------------------------------------
+# your own method: plugins
+# ----------------------------------------------------------------------------------------------
+
+GOOD = REPO / "examples" / "average_then_grow.py"
+
+
+def test_the_tutorial_plugin_is_read_without_running_it_and_then_checked(tmp_path):
+    spec = describe(GOOD)[0]
+    assert (spec.name, spec.axis, spec.exact, spec.multi, spec.ramps) == (
+        "average_then_grow", "both", False, True, ("ramp_steps",))
+    assert spec.options == {"ramp_steps": 100}
+    assert declare([GOOD]) == ["average_then_grow"] and load_plugins([GOOD]) == ["average_then_grow"]
+    check_operator("average_then_grow", str(GOOD), ["average_then_grow"], n=2, d0=16, L0=1, d1=32, L1=2,
+                   head_dim=8)
+
+
+def test_the_readme_tutorial_is_the_example_file():
+    """The README's tutorial code is examples/average_then_grow.py's (which the tests run)."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"### Your own method.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    code = [ln for ln in block.splitlines() if ln.strip() and not ln.strip().startswith('"""')]
+    example = GOOD.read_text().splitlines()
+    assert len(code) >= 10 and all(ln in example for ln in code), [ln for ln in code if ln not in example]
+
+
+@pytest.mark.parametrize("body,problem", [
+    ("def f(:\n    pass\n", r"broken\.py, line 1: syntax error"),
+    ("def f(models, *, n_embd, n_layer, n_head=None, seed=0):\n    return models[0]\n", "defines no growth operator"),
+    ("from growlm.growth import register_operator\nK = 3\n"
+     "@register_operator('bad_k', axis='width', exact=False)\ndef f(models, *, n_embd, n_layer, n_head=None, seed=0, "
+     "k=K):\n    return models[0]\n", "the default of k must be a literal"),
+    ("from growlm.growth import register_operator\n"
+     "@register_operator('bad_axis', exact=True)\ndef f(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+     "    return models[0]\n", r"needs axis="),
+    ("from growlm.growth import register_operator\n"
+     "@register_operator('msg', axis='both', exact=True)\ndef f(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+     "    return models[0]\n", "described twice"),
+])
+def test_a_broken_plugin_is_named_with_its_problem(tmp_path, body, problem):
+    path = tmp_path / "broken.py"
+    path.write_text(body)
+    with pytest.raises(GrowlmError, match=problem) as err:
+        declare([path])
+    assert "broken.py" in str(err.value)
+
+
+def test_wrong_shape_and_false_exactness_are_caught_before_training(tmp_path):
+    path = tmp_path / "liar.py"
+    path.write_text(
+        "from growlm.growth import grow, register_operator\n"
+        "@register_operator('too_small', axis='both', exact=False)\n"
+        "def too_small(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+        "    return models[0]\n"
+        "@register_operator('not_exact', axis='both', exact=True)\n"
+        "def not_exact(models, *, n_embd, n_layer, n_head=None, seed=0, noise: float = 0.5):\n"
+        "    return grow(models[:1], 'net2net', n_embd=n_embd, n_layer=n_layer, seed=seed, noise=noise)\n")
+    declare([path])
+    load_plugins([path])
+    with pytest.raises(GrowlmError, match=r"liar\.py: operator 'too_small'.*width 16 and depth 1, not 32 and 2"):
+        check_operator("too_small", str(path), ["too_small"], n=1, d0=16, L0=1, d1=32, L1=2, head_dim=8)
+    with pytest.raises(GrowlmError, match="declared exact=True, but at step 0 its logits differ from m_1's"):
+        check_operator("not_exact", str(path), ["not_exact"], n=1, d0=16, L0=1, d1=32, L1=1, head_dim=8)
+
+
+@pytest.mark.slow
+def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_path):
+    """The tutorial's operator against msg with teachers in the tiny experiment: it is grown, refined,
+    compared (members counted) and reported like a built-in method; a broken plugin in the same
+    folder stops the run before any job, naming the file."""
+    wd = copy_workflow(tmp_path / "wf")  # with examples/
+    overlay = tmp_path / "plugin.yaml"
+    overlay.write_text("methods: [[msg, teach], average_then_grow]\n"
+                       "grow: {plugins: [examples/average_then_grow.py]}\n"
+                       "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
+    (wd / "examples" / "broken.py").write_text(
+        "from growlm.growth import register_operator\n"
+        "@register_operator('broken_op', axis='both', exact=False)\n"
+        "def broken_op(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+        "    return models[0]\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods: [broken_op]\ngrow: {plugins: [examples/broken.py]}\n")
+    proc = run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay), str(bad), check=False)
+    assert proc.returncode != 0
+    assert "examples/broken.py" in proc.stderr and "width 16 and depth 1, not 32 and 2" in proc.stderr
+    assert not (wd / "results" / "models").exists()  # nothing trained
+
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
+    rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/eval/comparison.csv"))}
+    assert set(rows) == {"msg+teach", "average_then_grow"}
+    assert int(rows["average_then_grow"]["members_used"]) == 2 and int(rows["msg+teach"]["members_used"]) == 2
+    assert float(rows["average_then_grow"]["small_flops"]) == float(rows["msg+teach"]["small_flops"]) > 0
+    growth = json.loads(next((wd / "results/models/grown/average_then_grow").rglob("growth.json")).read_text())
+    assert growth["chain"] == ["average_then_grow"]
+    refined = json.loads(next((wd / "results/models/refined/msg+teach").rglob("growlm.json")).read_text())
+    assert refined["train"]["teacher_flops"] > 0
+
+
+@pytest.mark.slow
+def test_members_branch_from_a_shared_trunk_on_clusters_and_merge_then_grow(tmp_path):
+    """members.trunk: one trunk trained once on all of the members' text, each member branching from
+    it on its own cluster of books; [merge, msg] aligns and averages the branches and grows them.
+    The trunk is paid for once in the comparison."""
+    wd = copy_workflow(tmp_path / "wf")
+    overlay = tmp_path / "trunk.yaml"
+    overlay.write_text("methods: [[merge, msg]]\nmembers: {data: clusters, shards: 2, trunk: 0.5}\n"
+                       "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
+    trunk = wd / "results/models/trunk/d16_L1/s0"
+    trunk_meta = json.loads((trunk / "growlm.json").read_text())
+    members = [json.loads((wd / f"results/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
+    assert all(m["init_from"] == "results/models/trunk/d16_L1/s0" for m in members)
+    assert [m["shard"]["index"] for m in members] == [0, 1]
+    assert trunk_meta["train"]["tokens"] + members[0]["train"]["tokens"] <= 12000  # half the budget each
+    # a branch starts where the trunk ended: its first evaluation is the trunk's last
+    trunk_last = list(csv.DictReader(open(trunk / "ledger.csv")))[-1]["val_loss"]
+    first = list(csv.DictReader(open(wd / "results/models/small/d16_L1/s0/m1/ledger.csv")))[0]
+    assert first["step"] == "0" and first["val_loss"] == trunk_last
+    (row,) = list(csv.DictReader(open(wd / "results/eval/comparison.csv")))
+    assert row["method"] == "merge+msg" and int(row["members_used"]) == 2
+    expected = trunk_meta["train"]["flops"] + sum(m["train"]["flops"] for m in members)
+    assert float(row["small_flops"]) == pytest.approx(expected)

@@ -1,0 +1,247 @@
+"""Operators that bring several members into one model: `msg_members` and `merge`.
+
+msg_members: MSG with the other members in its new capacity
+-------------------------------------------------------------
+`msg` grows m_1 alone: its weights go in the old coordinates, everything new is random and masked
+in. The new capacity can hold the other members just as well. `msg_members` grows m_1 exactly as
+`msg` does (same seed, same random new weights) and then writes member j (j = 2..n) into the new
+coordinates, block-diagonally as `concat` does: its residual coordinates, heads and MLP units are
+the j-th block of d0 coordinates, h0 heads and f0 units, in every target block that holds an old
+block (the `insertion_plan` of msg); its embeddings, position embeddings and final LayerNorm fill
+the same coordinates. All of member j is "new" for msg's masks (it sits at coordinates >= d0), so
+at step 0 the grown model computes exactly m_1, and the other members enter as the masks ramp to 1.
+`cross`: "random" (default) keeps msg's random weights between different members' blocks (masked
+like every new weight), "zero" sets them to zero. Needs n d0 <= d1 (the members must fit).
+
+After the ramp the final LayerNorm reads all members' coordinates and the tied head sums their
+logits (not an average: msg's own new coordinates are summed the same way); refinement adapts it.
+
+merge: one model of the members' size
+-------------------------------------
+The members' weights averaged into one model of their own width and depth (axis "width", natural
+size the members' own, so `['merge', 'msg']` merges and then grows). Averaging independently
+trained networks fails because their hidden units are in arbitrary order; `align: weights` first
+permutes each member j >= 2 onto m_1 by weight matching (Ainsworth et al., Git Re-Basin, 2023): one
+permutation of the residual coordinates for the whole model, one of the heads (whole heads) and one
+of the MLP units per block, chosen by coordinate descent, each step a linear assignment that
+maximises the inner product of m_1's weights with the permuted member's. A permutation changes no
+function (LayerNorm, attention and the MLP are equivariant to it), so `merge` of m_1 with a permuted
+copy of itself returns m_1. `align: none` averages as the weights stand. Not exact in general.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from growlm.errors import GrowlmError
+from growlm.growth.common import insertion_plan, mlp_width, pack, target_config, unpack
+from growlm.growth.masked import GrownGPT2
+from growlm.growth.msg import msg
+from growlm.growth.registry import implements
+from growlm.methods import OPERATORS
+from growlm.shape import ModelShape
+
+RES = ("ln1_w", "ln1_b", "o_b", "ln2_w", "ln2_b", "pr_b")  # block vectors on the residual axis
+
+
+def _clone(W: dict) -> dict:
+    return {k: (None if v is None else v.clone()) if k != "blocks" else [{a: b.clone() for a, b in blk.items()}
+                                                                          for blk in v] for k, v in W.items()}
+
+
+@implements("msg_members")
+def msg_members(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
+                ramp_steps: int = 100, position: str = "interleave", init_std: float | None = None,
+                cross: str = "random"):
+    """msg of m_1 with m_2..m_n placed block-diagonally in the new capacity; exact (m_1) at step 0.
+
+    Options: as msg (ramp_steps, position, init_std), and cross ("random" | "zero") for the weights
+    between different members' blocks.
+    """
+    if cross not in ("random", "zero"):
+        raise GrowlmError(f"msg_members: cross must be 'random' or 'zero', not {cross!r}")
+    n = len(models)
+    s = ModelShape.of(models[0])
+    OPERATORS["msg_members"].check(s, n, n_embd, n_layer, n_head)
+    grown = msg(models[:1], n_embd=n_embd, n_layer=n_layer, n_head=n_head, seed=seed,
+                ramp_steps=max(1, int(ramp_steps)), position=position, init_std=init_std)
+    core = grown.gpt2 if isinstance(grown, GrownGPT2) else grown
+    if n == 1:
+        return grown if ramp_steps else core
+    W = _clone(unpack(core))
+    f0 = mlp_width(models[0].config, s.d) or 4 * s.d
+    plan = insertion_plan(s.L, n_layer, position)
+    d0 = s.d
+    R = [slice(j * d0, (j + 1) * d0) for j in range(n)]  # residual coordinates = head channels of member j
+    F = [slice(j * f0, (j + 1) * f0) for j in range(n)]
+    with torch.no_grad():
+        for j, member in enumerate(models[1:], start=1):
+            M = unpack(member)
+            r, f = R[j], F[j]
+            W["wte"][:, r] = M["wte"]
+            W["wpe"][: M["wpe"].shape[0], r] = M["wpe"]
+            W["lnf_w"][r], W["lnf_b"][r] = M["lnf_w"], M["lnf_b"]
+            if W["head"] is not None:
+                W["head"][:, r] = M["head"]
+            for t, p in enumerate(plan):
+                if p is None:
+                    continue
+                B, src = W["blocks"][t], M["blocks"][p]
+                for key in RES:
+                    B[key][r] = src[key]
+                for key in ("q", "k", "v"):
+                    B[f"{key}_w"][r, r] = src[f"{key}_w"]
+                    B[f"{key}_b"][r] = src[f"{key}_b"]
+                B["o_w"][r, r] = src["o_w"]
+                B["fc_w"][r, f], B["fc_b"][f] = src["fc_w"], src["fc_b"]
+                B["pr_w"][f, r] = src["pr_w"]
+        if cross == "zero":
+            for t, p in enumerate(plan):
+                if p is None:
+                    continue
+                B = W["blocks"][t]
+                for a in range(n):
+                    for b in range(n):
+                        if a != b:
+                            for key in ("q_w", "k_w", "v_w", "o_w"):
+                                B[key][R[a], R[b]] = 0
+                            B["fc_w"][R[a], F[b]] = 0
+                            B["pr_w"][F[a], R[b]] = 0
+    out = pack(W, target_config(core.config, n_embd=n_embd, n_layer=n_layer, n_head=core.config.n_head))
+    if not isinstance(grown, GrownGPT2) or not ramp_steps:
+        return out
+    bufs = {k: getattr(grown, k) for k in ("res_new", "head_new", "mlp_new", "block_new")}
+    return GrownGPT2(out, {**grown.spec, "kind": "msg_members", "ramp_steps": int(ramp_steps)}, bufs)
+
+
+# ----------------------------------------------------------------------------------------------
+# merge: weight matching and averaging
+# ----------------------------------------------------------------------------------------------
+
+def linear_assignment(cost: np.ndarray) -> np.ndarray:
+    """The column assigned to each row of a square cost matrix, minimising the total cost (the
+    Hungarian method with potentials, O(n^3), its inner loop vectorised)."""
+    cost = np.asarray(cost, dtype=np.float64)
+    n = cost.shape[0]
+    if cost.shape != (n, n):
+        raise ValueError(f"linear_assignment needs a square matrix, not {cost.shape}")
+    u, v = np.zeros(n + 1), np.zeros(n + 1)
+    p = np.zeros(n + 1, dtype=np.int64)  # p[j]: the row matched to column j (1-based; 0 = none)
+    way = np.zeros(n + 1, dtype=np.int64)
+    for i in range(1, n + 1):
+        p[0], j0 = i, 0
+        minv = np.full(n + 1, np.inf)
+        used = np.zeros(n + 1, dtype=bool)
+        while True:
+            used[j0] = True
+            i0 = p[j0]
+            free = ~used[1:]
+            cur = cost[i0 - 1] - u[i0] - v[1:]
+            better = free & (cur < minv[1:])
+            minv[1:][better] = cur[better]
+            way[1:][better] = j0
+            masked = np.where(free, minv[1:], np.inf)
+            j1 = int(np.argmin(masked)) + 1
+            delta = masked[j1 - 1]
+            u[p[used]] += delta
+            v[used] -= delta
+            minv[1:][free] -= delta
+            j0 = j1
+            if p[j0] == 0:
+                break
+        while j0:
+            j1 = way[j0]
+            p[j0] = p[j1]
+            j0 = j1
+    out = np.empty(n, dtype=np.int64)
+    out[p[1:] - 1] = np.arange(n)
+    return out
+
+
+def permute(W: dict, res: torch.Tensor, heads: list[torch.Tensor], mlp: list[torch.Tensor], dh: int) -> dict:
+    """The weights with residual coordinate i taken from coordinate res[i], head g of block b from
+    head heads[b][g] and MLP unit u of block b from unit mlp[b][u]: the same function."""
+    out = {"wte": W["wte"][:, res], "wpe": W["wpe"][:, res], "lnf_w": W["lnf_w"][res], "lnf_b": W["lnf_b"][res],
+           "head": None if W["head"] is None else W["head"][:, res], "blocks": []}
+    for B, hp, mp in zip(W["blocks"], heads, mlp):
+        ch = (hp[:, None] * dh + torch.arange(dh)[None]).reshape(-1)  # head channels in the new order
+        nb = {key: B[key][res] for key in RES}
+        for key in ("q", "k", "v"):
+            nb[f"{key}_w"] = B[f"{key}_w"][res][:, ch]
+            nb[f"{key}_b"] = B[f"{key}_b"][ch]
+        nb["o_w"] = B["o_w"][ch][:, res]
+        nb["fc_w"], nb["fc_b"] = B["fc_w"][res][:, mp], B["fc_b"][mp]
+        nb["pr_w"] = B["pr_w"][mp][:, res]
+        out["blocks"].append(nb)
+    return out
+
+
+def _match(score: torch.Tensor) -> torch.Tensor:
+    """The permutation maximising sum_i score[i, perm[i]]."""
+    return torch.from_numpy(linear_assignment(-score.double().numpy()))
+
+
+def weight_matching(A: dict, B: dict, *, dh: int, iterations: int = 5) -> tuple:
+    """Permutations (residual, heads per block, MLP units per block) that bring B's units onto A's."""
+    d, L = A["wte"].shape[1], len(A["blocks"])
+    h, f = d // dh, A["blocks"][0]["fc_w"].shape[1]
+    res = torch.arange(d)
+    heads = [torch.arange(h) for _ in range(L)]
+    mlp = [torch.arange(f) for _ in range(L)]
+    for _ in range(max(1, int(iterations))):
+        # the units inside each block, given the residual permutation
+        Br = permute(B, res, [torch.arange(h)] * L, [torch.arange(f)] * L, dh)
+        for b, (a, x) in enumerate(zip(A["blocks"], Br["blocks"])):
+            mlp[b] = _match(a["fc_w"].T @ x["fc_w"] + torch.outer(a["fc_b"], x["fc_b"]) + a["pr_w"] @ x["pr_w"].T)
+            score = torch.zeros(h, h, dtype=a["q_w"].dtype)
+            for key in ("q", "k", "v"):
+                aw, xw = a[f"{key}_w"].reshape(d, h, dh), x[f"{key}_w"].reshape(d, h, dh)
+                score += torch.einsum("igc,ikc->gk", aw, xw)
+                score += torch.einsum("gc,kc->gk", a[f"{key}_b"].reshape(h, dh), x[f"{key}_b"].reshape(h, dh))
+            score += torch.einsum("gci,kci->gk", a["o_w"].reshape(h, dh, d), x["o_w"].reshape(h, dh, d))
+            heads[b] = _match(score)
+        # the residual coordinates, given the units inside the blocks
+        Bu = permute(B, torch.arange(d), heads, mlp, dh)
+        score = A["wte"].T @ Bu["wte"] + A["wpe"].T @ Bu["wpe"] + torch.outer(A["lnf_w"], Bu["lnf_w"]) \
+            + torch.outer(A["lnf_b"], Bu["lnf_b"])
+        if A["head"] is not None:
+            score += A["head"].T @ Bu["head"]
+        for a, x in zip(A["blocks"], Bu["blocks"]):
+            for key in RES:
+                score += torch.outer(a[key], x[key])
+            for key in ("q_w", "k_w", "v_w", "fc_w"):
+                score += a[key] @ x[key].T
+            for key in ("o_w", "pr_w"):
+                score += a[key].T @ x[key]
+        new_res = _match(score)
+        if torch.equal(new_res, res):
+            break
+        res = new_res
+    return res, heads, mlp
+
+
+@implements("merge")
+def merge(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
+          align: str = "weights", iterations: int = 5):
+    """The members averaged into one model of their size, after weight matching (align="weights")
+    or as they stand (align="none"). Not exact; merge of a model with a permuted copy of itself is
+    the model.
+    """
+    if align not in ("weights", "none"):
+        raise GrowlmError(f"merge: align must be 'weights' or 'none', not {align!r}")
+    s = ModelShape.of(models[0])
+    OPERATORS["merge"].check(s, len(models), n_embd, n_layer, n_head)
+    A = unpack(models[0])
+    aligned = [A]
+    for m in models[1:]:
+        B = unpack(m)
+        if align == "weights":
+            B = permute(B, *weight_matching(A, B, dh=s.dh, iterations=iterations), s.dh)
+        aligned.append(B)
+    k = len(aligned)
+    W = {key: None if A[key] is None else sum(x[key] for x in aligned) / k for key in ("wte", "wpe", "lnf_w", "lnf_b",
+                                                                                     "head")}
+    W["blocks"] = [{key: sum(x["blocks"][b][key] for x in aligned) / k for key in A["blocks"][b]}
+                   for b in range(s.L)]
+    return pack(W, target_config(models[0].config, n_embd=s.d, n_layer=s.L, n_head=s.h))

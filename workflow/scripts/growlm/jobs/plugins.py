@@ -1,0 +1,110 @@
+"""The check of `grow.plugins` before any training: every plugin operator grows tiny random members.
+
+The Snakefile reads plugin files without running them (`growlm.plugins.describe`). Before the first
+job of a run (Snakemake's `onstart`), this module imports them for real and runs each operator the
+sweep uses on small random members of the experiment's shapes (d0, L0, n, head size; a 64-token
+vocabulary and 16 positions), so that a plugin that cannot work stops the run before any compute is
+spent, with one line naming the file and the problem:
+
+* the import fails (an exception at import time, or no operator registered);
+* the operator raises, or returns something that is not a GPT-2 (`config`, `logits`);
+* the grown model has the wrong width or depth, or non-finite weights or logits;
+* it is declared `exact=True` but its logits at step 0 differ (in float64) from m_1's (a
+  single-source operator) or from the members' logit average (a multi-member operator).
+
+    python -m growlm.jobs.plugins CHECK.json      # what the Snakefile's onstart runs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from growlm.errors import GrowlmError
+from growlm.growth import grow, load_plugins
+from growlm.methods import OPERATORS, growth_names
+from growlm.model import build_model
+
+VOCAB, CONTEXT = 64, 16
+
+
+def _members(n: int, d0: int, L0: int, head_dim: int, tied: bool) -> list[torch.nn.Module]:
+    return [build_model(seed=1000 + i, n_embd=d0, n_layer=L0, n_positions=CONTEXT, head_dim=head_dim,
+                        vocab_size=VOCAB, tie_word_embeddings=tied).double() for i in range(n)]
+
+
+def check_operator(name: str, source: str, method: list[str], *, n: int, d0: int, L0: int, d1: int, L1: int,
+                   head_dim: int, tied: bool = True, options: dict | None = None) -> None:
+    """Grow random members with `method` (a chain that contains plugin operator `name`) and check
+    the result; GrowlmError naming `source` and the problem."""
+    members = _members(n, d0, L0, head_dim, tied)
+    chain = growth_names(method)
+    where = f"grow.plugins: {source}: operator {name!r} (in {'+'.join(chain)}, {n} members {d0}x{L0} -> {d1}x{L1})"
+    try:
+        grown = grow(members, chain if len(chain) > 1 else chain[0], n_embd=d1, n_layer=L1, seed=0, **(options or {}))
+    except GrowlmError as err:
+        raise GrowlmError(f"{where}: {err}") from None
+    except Exception as err:  # the user's code
+        raise GrowlmError(f"{where} raised {type(err).__name__}: {err}") from None
+    config = getattr(grown, "config", None)
+    if config is None or not callable(grown):
+        raise GrowlmError(f"{where}: returned a {type(grown).__name__}, not a GPT-2 model (a GPT2LMHeadModel or "
+                          f"a model with .config and .logits)")
+    if (config.n_embd, config.n_layer) != (d1, L1):
+        raise GrowlmError(f"{where}: returned a model of width {config.n_embd} and depth {config.n_layer}, not "
+                          f"{d1} and {L1}")
+    bad = [p for p, t in grown.named_parameters() if not torch.isfinite(t).all()]
+    if bad:
+        raise GrowlmError(f"{where}: the grown model has non-finite values in {bad[0]}")
+    if hasattr(grown, "growth_step"):
+        grown.growth_step(0)
+    x = torch.randint(0, VOCAB, (2, CONTEXT), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        grown = grown.double()
+        logits = grown(input_ids=x).logits
+        if tuple(logits.shape) != (2, CONTEXT, VOCAB):
+            raise GrowlmError(f"{where}: logits of shape {tuple(logits.shape)}, not (batch, context, vocabulary) = "
+                              f"(2, {CONTEXT}, {VOCAB})")
+        if not torch.isfinite(logits).all():
+            raise GrowlmError(f"{where}: the grown model's logits are not finite")
+        if all(OPERATORS[nm].exact for nm in chain):
+            used = members if any(OPERATORS[nm].multi for nm in chain) else members[:1]
+            target = sum(m(input_ids=x).logits for m in used) / len(used)
+            err = (logits - target).abs().max().item()
+            if err > 1e-8 * max(1.0, target.abs().max().item()):
+                what = "m_1's" if len(used) == 1 else "the members' logit average"
+                raise GrowlmError(f"{where}: declared exact=True, but at step 0 its logits differ from {what} by "
+                                  f"{err:.3g} (float64); declare exact=False or fix the operator")
+
+
+def check(spec: dict) -> list[str]:
+    """Import spec["plugins"] and check every (method, shape) of spec["checks"]; the names checked."""
+    load_plugins(spec["plugins"])
+    done = []
+    for c in spec["checks"]:
+        for name in growth_names(c["method"]):
+            if OPERATORS[name].source != "growlm":
+                check_operator(name, OPERATORS[name].source, c["method"], n=c["n"], d0=c["d0"], L0=c["L0"],
+                               d1=c["d1"], L1=c["L1"], head_dim=c["head_dim"], tied=c.get("tied", True),
+                               options=c.get("options"))
+                done.append(f"{'+'.join(c['method'])} ({c['n']} x {c['d0']}x{c['L0']} -> {c['d1']}x{c['L1']})")
+    return done
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    try:
+        done = check(spec)
+    except GrowlmError as err:
+        print(f"growlm: {err}", file=sys.stderr)
+        return 2
+    print(f"growlm: plugin operators checked: {'; '.join(dict.fromkeys(done)) or 'none used by the sweep'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,15 @@
+"""Entry script of rule train_trunk: the members' shared trunk (members.trunk > 0), on all of their text."""
+from pathlib import Path
+
+import torch
+
+from growlm.errors import job_log
+from growlm.jobs.train import train_model
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+with job_log(sm.log[0], sm.rule):
+    torch.set_num_threads(sm.threads)
+    train_model(train=sm.params.train, model=sm.params.model, init_seed=sm.params.init_seed,
+                role="the members' shared trunk", train_file=sm.input.train, val_file=sm.input.val,
+                tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
+                memory_limit_gb=sm.params.memory_limit_gb, **sm.params.how)  # gpus, gpu_share, compile
