@@ -50,7 +50,7 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     assert "hyperclone+zero_block, concat+zero_block into a model of width 32" in dom  # the description, no reprs
     text = re.sub(r"<(script|style)\b.*?</\1>", "", dom, flags=re.S)  # what a reader sees, not the page's code
     assert "['" not in text and "[2]" not in text, "a Python list repr on the report page"
-    for item in ("comparison.html", "loss_vs_flops.svg", "cost_ratio.svg", "corpus_stats.html"):
+    for item in ("comparison.html", "loss_vs_flops.svg", "cost_ratio.svg", "scaling.svg", "corpus_stats.html"):
         assert item in dom, f"{item} is not on the rendered report page"
     for category in ("Corpus", "Training", "Comparison"):
         assert category in dom

@@ -44,6 +44,11 @@ rule report_figures:
             caption="../report/comparison.rst",
             category="3. Comparison",
         ),
+        scaling=report(
+            "results/report/scaling.svg",
+            caption="../report/scaling.rst",
+            category="3. Comparison",
+        ),
     log:
         "results/logs/report_figures.log",
     benchmark:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -99,3 +100,6 @@ def job_log(log_file: str | Path, stage: str):
             print(msg, file=fh, flush=True)
             print(msg, file=sys.__stderr__, flush=True)
             sys.exit(1)
+        except Exception:  # a bug, not a user-level problem: its traceback goes to the log as well
+            traceback.print_exc(file=fh)
+            raise

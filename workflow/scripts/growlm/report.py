@@ -222,6 +222,12 @@ def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
         for method, g in df.groupby("method", sort=False):
             stats = g.groupby("d1").agg(mean=(column, "mean"), std=(column, "std"), reached=("reached", "sum"),
                                         seeds=("seed", "nunique")).reset_index()
+            if stats["mean"].isna().all():  # no seed reached M_0's loss at any width: only the marks below
+                for _, row in stats.iterrows():
+                    ax.annotate(f"{method}: 0/{int(row['seeds'])} reached", (row["d1"], 1.0), fontsize=7,
+                                xytext=(4, 4 + 10 * list(df["method"].unique()).index(method)),
+                                textcoords="offset points")
+                continue
             line = ax.errorbar(stats["d1"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
                                label=method)
             ax.scatter(g["d1"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
@@ -230,8 +236,12 @@ def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
                 ax.annotate(f"{int(row['reached'])}/{int(row['seeds'])} reached", (row["d1"], y), fontsize=7,
                             xytext=(4, 4), textcoords="offset points")
         ax.axhline(1.0, color="grey", ls="--", lw=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(df["d1"].unique()), [str(int(v)) for v in sorted(df["d1"].unique())])
+        widths = sorted(df["d1"].unique())
+        if len(widths) > 1:
+            ax.set_xscale("log", base=2)
+        else:  # one width in the sweep: one point per method
+            ax.set_xlim(widths[0] / 1.5, widths[0] * 1.5)
+        ax.set_xticks(widths, [str(int(v)) for v in widths])
         ax.set_xlabel("width d1 of M_0 and M_1 (d0 = d1 / 2)")
         ax.set_title(what, fontsize=10)
     axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
