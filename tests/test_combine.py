@@ -42,11 +42,15 @@ V, T = 97, 16
 
 @pytest.fixture(autouse=True)
 def operators_as_they_were():
-    """Plugins registered by a test are forgotten after it (other tests in this process parse their
-    own copies of the same plugin files)."""
+    """Each test starts with growlm's own operators only, and plugins it registers are forgotten after
+    it: other tests in this process (e.g. the rerun table's Snakefile parses) read their own copies of
+    the same plugin files, which declare the same operator names from other paths."""
     from growlm.growth.registry import IMPLEMENTATIONS
 
     saved = dict(OPERATORS), dict(IMPLEMENTATIONS)
+    for name in [n for n, spec in OPERATORS.items() if spec.source != "growlm"]:
+        OPERATORS.pop(name)
+        IMPLEMENTATIONS.pop(name, None)
     yield
     for table, before in zip((OPERATORS, IMPLEMENTATIONS), saved):
         table.clear()
