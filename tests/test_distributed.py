@@ -54,13 +54,13 @@ def setup(tmp_path_factory):
     return d
 
 
-def run_torchrun(d: Path, name: str, strategy: str, micro: int):
+def run_torchrun(d: Path, name: str, strategy: str, micro: int, train_json: str = "train.json"):
     base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
                        device="cpu", memory_limit_gb=1, measure=False)
     plan = dataclasses.replace(base, strategy=strategy, micro_batch_size=micro, grad_accum_steps=4 // micro)
     write_plan(plan, d / f"{name}_plan.json")
     args = ["--model-config", d / "model.json", "--train-file", d / "tok.npy", "--val-file", d / "tok.npy",
-            "--train-config", d / "train.json", "--plan", d / f"{name}_plan.json", "--ckpt-dir", d / f"{name}_ck",
+            "--train-config", d / train_json, "--plan", d / f"{name}_plan.json", "--ckpt-dir", d / f"{name}_ck",
             "--ledger", d / f"{name}.csv", "--out-dir", d / f"{name}_model", "--summary", d / f"{name}.json",
             "--device", "cpu"]
     cmd = launch_command(2, args)
@@ -70,8 +70,11 @@ def run_torchrun(d: Path, name: str, strategy: str, micro: int):
     return proc
 
 
-def check_same_curve(d: Path, name: str):
+def check_same_curve(d: Path, name: str, dense_log_steps: int = TRAIN["dense_log_steps"]):
     ref, got = losses(d / "ref.csv"), losses(d / f"{name}.csv")
+    # the reference logs every step; a run with fewer dense rows must match it on those it has
+    ref = [r for r in ref if r[1] == "val_loss" or r[0] <= dense_log_steps or r[0] % TRAIN["eval_interval"] == 0
+           or r[0] == TRAIN["tokens"] // (TRAIN["batch_size"] * TRAIN["context"])]
     assert [(s, c) for s, c, _ in got] == [(s, c) for s, c, _ in ref]
     for (step, col, a), (_, _, b) in zip(ref, got):
         assert b == pytest.approx(a, rel=REL), (name, step, col, a, b)
@@ -102,6 +105,18 @@ def test_two_processes_match_one(setup, strategy, micro):
     assert state["step"] == 8
     assert any(p.abs().sum() > 0 for p in fresh.parameters())
     assert model.config.n_embd == MODEL["n_embd"]
+
+
+def test_reading_the_losses_every_third_step_keeps_the_ranks_mean_and_the_running_average(setup):
+    """sync_every 3 under DDP: the ranks' losses are read and all-reduced three steps at a time (one
+    collective for the pending steps and the stop decision); the dense rows of steps 1-2, the running
+    average at every evaluation and the validation losses are those of the one-process reference."""
+    d = setup
+    (d / "train_sync3.json").write_text(json.dumps({**TRAIN, "dense_log_steps": 2, "sync_every": 3}))
+    run_torchrun(d, "ddp_sync3", "ddp", 2, train_json="train_sync3.json")
+    check_same_curve(d, "ddp_sync3", dense_log_steps=2)
+    rows = list(csv.DictReader(open(d / "ddp_sync3.csv")))
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 5, 10]
 
 
 def test_launch_command():

@@ -223,7 +223,7 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path):
         jobs = [job for job in workflow.dag.jobs if job.rule.name in ("train_small", "train_baseline", "refine")]
         assert {job.rule.name for job in jobs} == {"train_small", "train_baseline", "refine"}
         for job in jobs:
-            assert job.params.how == {"gpus": 1, "gpu_share": 0.5, "compile": True}
+            assert job.params.how == {"gpus": 1, "gpu_share": 0.5, "compile": True, "sync_every": 0}
             assert not any("gpu_share" in str(p) for p in workflow.persistence._params(job))
         evaluations = [job for job in workflow.dag.jobs if job.rule.name == "evaluate_model"]
         assert evaluations and all(job.resources.gpu == 1 for job in evaluations)

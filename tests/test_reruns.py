@@ -97,6 +97,7 @@ TABLE = {
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
     "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
     "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
+    "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
     "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
     "vcycle.factor": ("vcycle: {factor: 4}", {"grow"}, set()),

@@ -137,6 +137,86 @@ def test_nan_after_a_checkpoint_says_what_the_checkpoint_is_good_for(tmp_path, m
               log=lambda s: None)
 
 
+def test_reading_the_losses_every_k_steps_changes_no_number(tmp_path):
+    """`sync_every` (how often the losses are read on the host; growlm.train._PendingLosses) is how
+    the steps run: with reads every 7 steps and two micro-batches a step, the weights, the dense rows,
+    the running average at each evaluation and the checkpoints are those of a read every step."""
+    data = tokens()
+    runs = {}
+    for k in (1, 7):
+        model = tiny_model()
+        train(model, data, data, cfg(sync_every=k, dense_log_steps=3, micro_batch_size=4), ckpt_dir=tmp_path / f"ck{k}",
+              ledger_path=tmp_path / f"l{k}.csv", log=lambda s: None)
+        rows = [{c: v for c, v in r.items() if c not in LEDGER_MEASUREMENTS}
+                for r in csv.DictReader(open(tmp_path / f"l{k}.csv"))]
+        runs[k] = model.state_dict(), rows
+    (w1, rows1), (w7, rows7) = runs[1], runs[7]
+    assert [int(r["step"]) for r in rows7] == [0, 1, 2, 3, 10, 20, 30, 40]
+    assert rows1 == rows7
+    assert all(torch.equal(w1[name], w7[name]) for name in w1)
+    assert sorted(p.name for p in (tmp_path / "ck7").iterdir()) == sorted(p.name for p in (tmp_path / "ck1").iterdir())
+
+
+def test_a_nan_read_late_names_its_step_and_no_checkpoint_follows_it(tmp_path, monkeypatch):
+    """With reads every 7 steps, a NaN loss at step 15 is seen at the checkpoint of step 20, which is
+    then not written: the message names step 15 and the checkpoint of step 10 stays the newest."""
+    import growlm.train as train_module
+
+    real, calls = train_module.lm_loss, {"n": 0}
+
+    def nan_at_step_15(model, x, y, **kw):
+        calls["n"] += 1
+        loss, out = real(model, x, y, **kw)
+        return (loss * float("nan") if calls["n"] == 15 else loss), out
+
+    monkeypatch.setattr(train_module, "lm_loss", nan_at_step_15)
+    with pytest.raises(GrowlmError, match=r"loss is nan at step 15; .*checkpoint of step 10 is kept"):
+        train(tiny_model(), tokens(), tokens(), cfg(sync_every=7), ckpt_dir=tmp_path / "ck",
+              ledger_path=tmp_path / "l.csv", log=lambda s: None)
+    assert calls["n"] == 20  # the steps up to the read ran
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == ["step_00000010"]
+
+
+def test_a_stop_request_between_reads_checkpoints_after_the_next_step(tmp_path):
+    """SIGTERM in a single process is a read of its own: with reads every 7 steps, a signal during
+    step 12 still checkpoints after step 13 and exits with status 75, and the resumed run ends with
+    the weights of an uninterrupted one."""
+    import os
+    import signal
+
+    from growlm.train import PREEMPTED_EXIT
+
+    data = tokens()
+    full = tiny_model()
+    train(full, data, data, cfg(sync_every=7), ckpt_dir=tmp_path / "a", ledger_path=tmp_path / "a.csv",
+          log=lambda s: None)
+
+    def term_at_12(step):
+        if step == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as stopped:
+        train(tiny_model(), data, data, cfg(sync_every=7), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv",
+              log=lambda s: None, step_callback=term_at_12)
+    assert stopped.value.code == PREEMPTED_EXIT
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["step_00000010", "step_00000013"]
+    resumed = tiny_model()
+    train(resumed, data, data, cfg(sync_every=7), ckpt_dir=tmp_path / "b", ledger_path=tmp_path / "b.csv",
+          log=lambda s: None)
+    assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_unknown_compile_mode_and_negative_sync_every_are_named(tmp_path):
+    with pytest.raises(GrowlmError, match=r"unknown compile setting 'fast'; true, false or one of \('default', "
+                                          r"'reduce-overhead'"):
+        cfg(compile="fast").validate()
+    with pytest.raises(GrowlmError, match="sync_every must be 0"):
+        cfg(sync_every=-1).validate()
+    assert cfg(compile=True).compile_mode == "default" and cfg(compile=False).compile_mode is None
+    assert cfg(compile="reduce-overhead").compile_mode == "reduce-overhead"
+    assert cfg().sync_interval == 1 and cfg(device="cuda").sync_interval == 32 and cfg(sync_every=5).sync_interval == 5
+
+
 def test_progress_lines_name_the_step_rate_losses_and_time_left(tmp_path, monkeypatch):
     import growlm.train as train_module
 

@@ -58,6 +58,7 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
                                                                                  "msg+teach"),
         (["methods=[msg_members]", "n_members=3"], "msg_members places m_2..m_3 beside m_1 in the new capacity"),
         (["grow={plugins: [nowhere.py]}"], "grow.plugins: nowhere.py does not exist"),
+        (["train={compile: fast}"], "train.compile = 'fast': 'fast'; expected boolean or one of default, reduce-overhead"),
     ],
 )
 def test_bad_config_is_named(workflow_dir, override, message):

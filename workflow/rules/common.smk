@@ -353,7 +353,8 @@ def evaluation_resources():
 def job_how(wildcards, resources):
     """How a training job runs on what it was given, never what it computes: the GPUs it asked for
     (torchrun with several), the share of each GPU's memory its planner may budget
-    (`resources.gpu_share`) and `train.compile`. The job passes them on as keyword arguments.
+    (`resources.gpu_share`), `train.compile` and `train.sync_every`. The job passes them on as keyword
+    arguments.
 
     This params function takes `resources`, so Snakemake counts it as derived from the job's
     resources and leaves it out of the params rerun trigger (Snakemake's rule for params that read
@@ -363,7 +364,8 @@ def job_how(wildcards, resources):
     return {
         "gpus": int(resources.gpu),
         "gpu_share": float(config["resources"]["gpu_share"]),
-        "compile": bool(config["train"]["compile"]),
+        "compile": config["train"]["compile"],
+        "sync_every": int(config["train"]["sync_every"]),
     }
 
 

@@ -117,7 +117,8 @@ def _gpu_settings(cfg: TrainConfig, use_bf16: bool) -> dict:
     torch.backends.cudnn.allow_tf32 = True
     return {"device_name": device_name(cfg.device), "bf16_autocast": use_bf16, "tf32": True,
             "fused_adamw": True, "pinned_memory": True, "non_blocking_copies": True,
-            "compile": bool(cfg.compile), "peak_flops": peak_flops(cfg.device, cfg.peak_flops)}
+            "compile": cfg.compile_mode or False, "sync_every": cfg.sync_interval,
+            "peak_flops": peak_flops(cfg.device, cfg.peak_flops)}
 
 
 def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
@@ -155,6 +156,47 @@ class _Progress:
             f"{rate * self.tokens_per_step:,.0f} tok/s" if rate > 0 else "",
             f"train {train_loss:.4f}" if train_loss is not None else "", val, f"lr {lr:.2e}", left] if x))
         self.last_t, self.last_step = now, done
+
+
+class _PendingLosses:
+    """The training losses of the steps since the last sync point, still on the device.
+
+    Reading a loss on the host (`.item()`) waits until the device has finished every step queued so
+    far; done at every step, it empties a GPU's launch queue once a step and the next step's kernels
+    start only after the host has caught up (the launch-bound steps of small models). The loop keeps
+    each step's micro-batch losses as device tensors and reads them all with one transfer at a sync
+    point. The values, their order and the arithmetic on them (the step's sum of micro-batch losses,
+    the ranks' mean, the running average) are those of a read at every step, so the ledger and the
+    checkpoints do not depend on the interval; only how many steps later a NaN loss stops the run
+    (it names the step it appeared at, and no checkpoint is written between) and how late a stop
+    request reaches the other ranks.
+    """
+
+    def __init__(self):
+        self.steps: list[tuple[int, list[torch.Tensor]]] = []
+
+    def add(self, step: int, losses: list[torch.Tensor]) -> None:
+        self.steps.append((step, losses))
+
+    def read(self, stop_requested: bool, world: int, device: str) -> tuple[list[tuple[int, float]], bool]:
+        """[(step, loss)] of the pending steps and whether any rank asked to stop; clears them."""
+        flat = torch.stack([loss.float() for _, losses in self.steps for loss in losses]).tolist()
+        sums, k = [], 0
+        for _, losses in self.steps:
+            total = 0.0
+            for v in flat[k:k + len(losses)]:
+                total += v
+            sums.append(total)
+            k += len(losses)
+        stopping = stop_requested
+        if world > 1:  # the ranks' mean loss, and one decision on a stop request for all of them
+            t = torch.tensor([*sums, float(stop_requested)], device=device)
+            dist.all_reduce(t)
+            reduced = t.tolist()
+            sums, stopping = [v / world for v in reduced[:-1]], reduced[-1] > 0
+        values = [(step, v) for (step, _), v in zip(self.steps, sums)]
+        self.steps = []
+        return values, stopping
 
 
 class _Teachers:
@@ -271,7 +313,8 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     ledger_path.parent.mkdir(parents=True, exist_ok=True)
     use_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
     gpu_settings = _gpu_settings(cfg, use_bf16)
-    step_model = torch.compile(model) if cfg.compile else model  # the training steps' forward
+    # the training steps' forward; "reduce-overhead" also replays each step as CUDA graphs
+    step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile_mode else model
     step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
 
     # a checkpoint resumes only this run: same settings (the memory plan aside) and initial weights
@@ -317,6 +360,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
 
     # the training loss's running average is part of the run: a resumed run continues it exactly
     running, step = state.get("running"), start_step
+    pending, sync_every = _PendingLosses(), cfg.sync_interval
     # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profiling.driver.profile_run)
     profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
     with _StopRequest() as stop, profiler_ctx:
@@ -331,7 +375,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 x, y = sampler.batch(step)  # the global batch; this process takes its rows
                 x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
                 x, y = _to_device(x, device), _to_device(y, device)
-            loss_value = 0.0
+            losses = []
             teach_weight = teachers.weight(step) if teachers else 0.0
             for i in range(0, local_batch, micro):
                 # DDP: all-reduce the gradients once per step, at the last micro-batch
@@ -347,16 +391,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                         loss = loss * (micro / local_batch)
                     with phase("backward"):
                         loss.backward()
-                loss_value += loss.item()
-            stopping = stop.signal is not None
-            if world > 1:  # the mean loss, and one decision on a stop request for all ranks
-                t = torch.tensor([loss_value, float(stopping)], device=device)
-                dist.all_reduce(t)
-                loss_value, stopping = t[0].item() / world, t[1].item() > 0
-            if not math.isfinite(loss_value):
-                _write_ledger(ledger_path, rows)
-                raise GrowlmError(f"loss is {loss_value} at step {step + 1}; training stopped. "
-                                  + _nan_advice(ckpt_dir, cfg))
+                losses.append(loss.detach())  # read later, at a sync point (no host sync here)
             with phase("optimizer"):
                 if frozen is not None:
                     frozen.before_step(step)
@@ -366,18 +401,33 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 optimizer.zero_grad(set_to_none=True)
                 if frozen is not None:
                     frozen.after_step(step)
+            pending.add(step, losses)
+            done = step + 1
+            is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
+            # a sync point: wherever a loss value or one decision of all ranks is needed (every
+            # sync_interval steps; an evaluation, a dense ledger row, a checkpoint, the last step; a
+            # stop request in a single process - with several, it waits for the next sync point)
+            if (done % sync_every == 0 or is_eval or done <= cfg.dense_log_steps or done % cfg.checkpoint_every == 0
+                    or done == cfg.steps or (world == 1 and stop.signal is not None)):
+                values, stopping = pending.read(stop.signal is not None, world, device)
+                for at, loss_value in values:  # in step order, as if each had been read at its step
+                    if not math.isfinite(loss_value):
+                        _write_ledger(ledger_path, rows)
+                        raise GrowlmError(f"loss is {loss_value} at step {at + 1}; training stopped. "
+                                          + _nan_advice(ckpt_dir, cfg))
+                    running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
+                synced = True
+            else:
+                stopping, synced = False, False
             if step > start_step:  # the first step (compilation, allocator warm-up) is not timed
                 step_s += time.perf_counter() - t_step
                 steps_timed += 1
-            running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
-            done = step + 1
-            is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
             if is_eval:
                 record(done, running, "eval")
                 progress.line(done, running, rows, lr)
             elif done <= cfg.dense_log_steps:
                 record(done, loss_value, "train")
-            if not is_eval and progress.due():
+            if not is_eval and synced and progress.due():
                 progress.line(done, running, rows, lr)
             if done % cfg.checkpoint_every == 0 or stopping:
                 _write_ledger(ledger_path, rows)

@@ -10,7 +10,8 @@ Two groups of fields:
 * what is computed: the budget, batch, schedule, optimizer, evaluation and checkpoint cadence, the
   data seed and the optimizer state to start from;
 * how the steps run (`HOW_FIELDS`): the device, the memory plan's micro-batch, activation
-  recomputation and distribution strategy, `torch.compile`, the MFU peak. A run resumed under
+  recomputation and distribution strategy, `torch.compile`, how often the losses are read on the
+  host, the MFU peak. A run resumed under
   another plan (after an out-of-memory error) is the same run, so these are left out of the
   checkpoint fingerprint (`run_settings`).
 """
@@ -23,6 +24,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from growlm.errors import GrowlmError
 
 STRATEGIES = ("single", "ddp", "fsdp", "fsdp_offload")
+# torch.compile's modes (`compile: true` is "default"); "reduce-overhead" captures the step in CUDA graphs
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SYNC_EVERY_CUDA = 32  # sync_every 0 (automatic): read the losses every step on a CPU, every 32 steps on CUDA
 
 
 @dataclass
@@ -56,15 +60,34 @@ class TrainConfig:
     micro_batch_size: int | None = None  # gradient accumulation; None: the whole per-process batch
     recompute_every: int = 0  # activation recomputation on blocks 0, k, 2k, ... (1: all, 0: none)
     strategy: str = "single"  # single | ddp | fsdp | fsdp_offload (the memory plan's choice)
-    compile: bool = False  # torch.compile the model for the training steps (evaluation stays eager)
+    compile: bool | str = False  # torch.compile the training steps: False, True ("default") or a mode
+    sync_every: int = 0  # read the training losses on the host every k steps (0: automatic, see sync_interval)
     peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
 
-    HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "peak_flops",
+    HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "sync_every", "peak_flops",
                   "save_moments")
 
     @property
     def steps(self) -> int:
         return max(1, self.tokens // (self.batch_size * self.context))
+
+    @property
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode for the training steps, or None (eager)."""
+        if self.compile is True:
+            return "default"
+        return self.compile or None
+
+    @property
+    def sync_interval(self) -> int:
+        """Steps between two reads of the training losses on the host (growlm.train's sync points).
+
+        A read waits for the device to finish every step queued so far. On a CPU there is no queue,
+        so the automatic choice (sync_every 0) reads every step; on CUDA it reads every
+        SYNC_EVERY_CUDA steps, so that the host can queue the next steps while the GPU runs."""
+        if self.sync_every:
+            return self.sync_every
+        return SYNC_EVERY_CUDA if self.device.startswith("cuda") else 1
 
     # -- the one JSON round trip ----------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -110,6 +133,10 @@ class TrainConfig:
                               f"temperature {self.teach_temperature})")
         if self.freeze_steps and not self.freeze_masks:
             raise GrowlmError(f"freezing for {self.freeze_steps} steps needs the inherited-weight masks (freeze_masks)")
+        if self.compile not in (True, False) and self.compile not in COMPILE_MODES:
+            raise GrowlmError(f"unknown compile setting {self.compile!r}; true, false or one of {COMPILE_MODES}")
+        if self.sync_every < 0:
+            raise GrowlmError(f"sync_every must be 0 (automatic) or a number of steps, got {self.sync_every}")
         if self.strategy not in STRATEGIES:
             raise GrowlmError(f"unknown strategy {self.strategy!r}; one of {STRATEGIES}")
         if self.batch_size % world:

@@ -90,15 +90,16 @@ def train_under_torchrun(nproc: int, *, cfg: TrainConfig, out_dir, info: dict, *
 
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
                 out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
-                gpu_share: float = 1.0, compile: bool = False, keep_moments: bool = False,
+                gpu_share: float = 1.0, compile: bool | str = False, sync_every: int = 0, keep_moments: bool = False,
                 init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
     `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (torchrun with
     several, when they are visible; a GPU asked for but absent means the CPU), `gpu_share` (of each
-    GPU's memory, for the planner) and `compile` (torch.compile the training steps)."""
+    GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode) and
+    `sync_every` (steps between two reads of the losses on the host; 0: automatic)."""
     spec = {**model, "vocab_size": vocab_size(tokenizer_dir)}
-    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=bool(compile))
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if keep_moments:
         cfg.save_moments = str(Path(out_dir) / MEMBER_MOMENTS_FILE)
     info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed}
@@ -155,15 +156,15 @@ def apply_refine_operators(cfg: TrainConfig, refine_with: dict | None, growth: d
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
            memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
-           gpu_share: float = 1.0, compile: bool = False) -> dict:
+           gpu_share: float = 1.0, compile: bool | str = False, sync_every: int = 0) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up,
     or the members' carried-over moments when the grow job grew them). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
-    this refinement. `gpus`, `gpu_share`, `compile`: how it runs, as for `train_model`; with several
+    this refinement. `gpus`, `gpu_share`, `compile`, `sync_every`: how it runs, as for `train_model`; with several
     GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
     model = load_grown(grown_dir)
     growth = read_json(Path(grown_dir) / "growth.json")
-    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=bool(compile))
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if ramps and hasattr(model, "set_ramps"):
         too_long = {k: v for k, v in ramps.items() if v > cfg.steps}
         if too_long:
