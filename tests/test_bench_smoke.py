@@ -1,5 +1,6 @@
 """The benchmarks run (no timing is asserted), the reference model is HF's GPT-2, the fused loss is exact."""
 
+import csv
 import os
 import re
 import subprocess
@@ -41,6 +42,8 @@ def test_gpu_bench_cpu_smoke(tmp_path):
     assert "MFU n/a" in out
     lines = (tmp_path / "r.csv").read_text().strip().splitlines()
     assert lines[0].startswith("d,") and len(lines) == 3
+    rows = list(csv.DictReader(lines))  # growlm's loop beside the reference loop, measured in the same run
+    assert all(float(r["ratio_to_reference"]) > 0 and float(r["ref_tokens_per_s"]) > 0 for r in rows)
 
 
 def test_reference_model_is_hf_gpt2():
