@@ -206,6 +206,24 @@ def test_a_stop_request_between_reads_checkpoints_after_the_next_step(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed.state_dict().values()))
 
 
+@pytest.mark.parametrize("setting, mode", [(False, None), (True, "default"), ("reduce-overhead", "reduce-overhead")])
+def test_train_compile_reaches_torch_compile_as_its_mode(tmp_path, monkeypatch, setting, mode):
+    """train.compile: false trains eagerly; true is torch.compile's default mode; a mode name is passed
+    on as it is (reduce-overhead: CUDA graphs on a GPU). Compiled only for the training steps."""
+    import growlm.train as train_module
+
+    modes = []
+
+    def fake_compile(model, mode=None):
+        modes.append(mode)
+        return model
+
+    monkeypatch.setattr(train_module.torch, "compile", fake_compile)
+    train(tiny_model(), tokens(), tokens(), cfg(tokens=8 * T * 10, compile=setting), ckpt_dir=tmp_path / "ck",
+          ledger_path=tmp_path / "l.csv", log=lambda s: None)
+    assert modes == ([] if mode is None else [mode])
+
+
 def test_unknown_compile_mode_and_negative_sync_every_are_named(tmp_path):
     with pytest.raises(GrowlmError, match=r"unknown compile setting 'fast'; true, false or one of \('default', "
                                           r"'reduce-overhead'"):
