@@ -233,7 +233,7 @@ def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
             ax.scatter(g["d1"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
             for _, row in stats[stats["reached"] < stats["seeds"]].iterrows():
                 y = row["mean"] if pd.notna(row["mean"]) else 1.0
-                ax.annotate(f"{int(row['reached'])}/{int(row['seeds'])} reached", (row["d1"], y), fontsize=7,
+                ax.annotate(f"{method}: {int(row['reached'])}/{int(row['seeds'])} reached", (row["d1"], y), fontsize=7,
                             xytext=(4, 4), textcoords="offset points")
         ax.axhline(1.0, color="grey", ls="--", lw=1)
         widths = sorted(df["d1"].unique())
@@ -241,8 +241,9 @@ def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
             ax.set_xscale("log", base=2)
         else:  # one width in the sweep: one point per method
             ax.set_xlim(widths[0] / 1.5, widths[0] * 1.5)
-        ax.set_xticks(widths, [str(int(v)) for v in widths])
-        ax.set_xlabel("width d1 of M_0 and M_1 (d0 = d1 / 2)")
+        budgets = df.groupby("d1")["budget"].agg(lambda b: "/".join(f"{v / 1e6:.3g}M" for v in sorted(set(b))))
+        ax.set_xticks(widths, [f"{int(v)}\n{budgets[v]}" for v in widths])  # M_0's budget under each width
+        ax.set_xlabel("width d1 (d0 = d1 / 2) and M_0's tokens")
         ax.set_title(what, fontsize=10)
     axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
