@@ -7,7 +7,7 @@ Token budgets are in proportion to the parameters: every model, member or large,
 d1 = 256; the members' budgets follow from their own size: 48k to 338k), with warm-ups (10% of
 M_0's and the members' steps, 5% of the refinement's) and evaluations (every 2.5%) in the same
 proportions. Each large arm is trained at three peak
-learning rates per size and compared at its own best one. Each size is one run of the real workflow
+learning rates per size (four at d1 = 256) and compared at its own best one. Each size is one run of the real workflow
 in the same folder (`bench/run_scaling/`: the corpus and tokenizer are shared), with an overlay this
 script writes there; each size's comparison is copied to `bench/results/scaling_d<d1>.csv`.
 
@@ -44,8 +44,9 @@ RUN = REPO / "bench" / "run_scaling"
 RESULTS = REPO / "bench" / "results"
 L0, L1 = 2, 4
 # peak learning rates of the large arms per d1 (a factor of 2 apart; at d1 = 128 a first sweep of 1e-3 to 4e-3 put
-# every arm's best at its top), and the members' rate per d0
-LRS = {64: [2.0e-3, 4.0e-3, 8.0e-3], 128: [2.0e-3, 4.0e-3, 8.0e-3], 256: [2.0e-3, 4.0e-3, 8.0e-3]}
+# every arm's best at its top; at d1 = 256 M_0's best of 2e-3 to 8e-3 was its bottom, so 1e-3 joins), and the
+# members' rate per d0
+LRS = {64: [2.0e-3, 4.0e-3, 8.0e-3], 128: [2.0e-3, 4.0e-3, 8.0e-3], 256: [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3]}
 MEMBER_LR = {32: 3.0e-3, 64: 2.0e-3, 128: 1.5e-3}
 # arms left out at a size, to keep it within a few hours on 2 cores: at d1 = 256, concat + zero_block (the
 # multi-member arm of the first round, behind msg_members in bench/RESULTS.md section 5)
