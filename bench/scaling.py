@@ -9,7 +9,8 @@ M_0's and the members' steps, 5% of the refinement's) and evaluations (every 2.5
 proportions. Each large arm is trained at three peak
 learning rates per size (four at d1 = 256) and compared at its own best one. Each size is one run of the real workflow
 in the same folder (`bench/run_scaling/`: the corpus and tokenizer are shared), with an overlay this
-script writes there; each size's comparison is copied to `bench/results/scaling_d<d1>.csv`.
+script writes there; each size's comparison is copied to `bench/results/scaling_d<d1>.csv` and the mean final
+loss of every arm at every rate to `scaling_d<d1>_lr_sweep.csv`.
 
 Prints one row per (d1, method) - seeds, how many reached M_0's final validation loss, the cost
 ratio (members counted) and its spread, the same with the members free, the learning rates chosen -
@@ -86,6 +87,7 @@ def run_point(d1: int, overlay: dict, cores: int, extra: list[str], overlays: li
     subprocess.run(cmd, check=True)
     out = RESULTS / f"scaling_d{d1}.csv"
     shutil.copy(RUN / "results" / "eval" / "comparison.csv", out)
+    shutil.copy(RUN / "results" / "eval" / "lr_sweep.csv", RESULTS / f"scaling_d{d1}_lr_sweep.csv")  # every rate
     return out
 
 
