@@ -120,7 +120,8 @@ def test_nan_loss_stops_with_the_step_named(tmp_path):
         train(model, data, data, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv", log=lambda s: None)
 
 
-def test_nan_after_a_checkpoint_says_what_the_checkpoint_is_good_for(tmp_path, monkeypatch):
+def nan_loss_at_call_15(monkeypatch) -> dict:
+    """Make the training loss NaN at its 15th call (step 15 with one micro-batch); returns the call count."""
     import growlm.train as train_module
 
     real, calls = train_module.lm_loss, {"n": 0}
@@ -131,6 +132,11 @@ def test_nan_after_a_checkpoint_says_what_the_checkpoint_is_good_for(tmp_path, m
         return (loss * float("nan") if calls["n"] == 15 else loss), out
 
     monkeypatch.setattr(train_module, "lm_loss", nan_at_step_15)
+    return calls
+
+
+def test_nan_after_a_checkpoint_says_what_the_checkpoint_is_good_for(tmp_path, monkeypatch):
+    nan_loss_at_call_15(monkeypatch)
     with pytest.raises(GrowlmError, match=r"loss is nan at step 15.*checkpoint of step 10 is kept in .*ck, but a rerun "
                                           r"with the same settings resumes there and meets the same loss"):
         train(tiny_model(), tokens(), tokens(), cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv",
@@ -160,16 +166,7 @@ def test_reading_the_losses_every_k_steps_changes_no_number(tmp_path):
 def test_a_nan_read_late_names_its_step_and_no_checkpoint_follows_it(tmp_path, monkeypatch):
     """With reads every 7 steps, a NaN loss at step 15 is seen at the checkpoint of step 20, which is
     then not written: the message names step 15 and the checkpoint of step 10 stays the newest."""
-    import growlm.train as train_module
-
-    real, calls = train_module.lm_loss, {"n": 0}
-
-    def nan_at_step_15(model, x, y, **kw):
-        calls["n"] += 1
-        loss, out = real(model, x, y, **kw)
-        return (loss * float("nan") if calls["n"] == 15 else loss), out
-
-    monkeypatch.setattr(train_module, "lm_loss", nan_at_step_15)
+    calls = nan_loss_at_call_15(monkeypatch)
     with pytest.raises(GrowlmError, match=r"loss is nan at step 15; .*checkpoint of step 10 is kept"):
         train(tiny_model(), tokens(), tokens(), cfg(sync_every=7), ckpt_dir=tmp_path / "ck",
               ledger_path=tmp_path / "l.csv", log=lambda s: None)
