@@ -182,8 +182,8 @@ class _PendingLosses:
         """[(step, loss)] of the pending steps and whether any rank asked to stop; clears them."""
         flat = torch.stack([loss.float() for _, losses in self.steps for loss in losses]).tolist()
         sums, k = [], 0
-        for _, losses in self.steps:
-            total = 0.0
+        for _, losses in self.steps:  # a plain running sum, as one read per micro-batch adds them (not sum():
+            total = 0.0               # it compensates rounding from Python 3.12 on, which would change the bits)
             for v in flat[k:k + len(losses)]:
                 total += v
             sums.append(total)
