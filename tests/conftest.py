@@ -101,6 +101,13 @@ def tiny_run(tmp_path_factory) -> Path:
             shutil.rmtree(wd.parent, ignore_errors=True)
             copy_workflow(wd)
             run_snakemake(wd, "--cores", "2", "--configfile", str(TINY))
-            run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/report.html")
+            run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report.html")
             done.touch()
     return wd
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_command(monkeypatch):
+    """growlm.hints reads the user's command from the environment a Snakemake run sets; a test that
+    parses the workflow in-process (tests/test_reruns.py) must not leave it to the tests after it."""
+    monkeypatch.delenv("GROWLM_COMMAND", raising=False)

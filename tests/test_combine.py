@@ -336,16 +336,16 @@ def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_
     proc = run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay), str(bad), check=False)
     assert proc.returncode != 0
     assert "examples/broken.py" in proc.stderr and "width 16 and depth 1, not 32 and 2" in proc.stderr
-    assert not (wd / "results" / "models").exists()  # nothing trained
+    assert not (wd / "results" / "tiny" / "models").exists()  # nothing trained
 
     run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
-    rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/eval/comparison.csv"))}
+    rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/tiny/eval/comparison.csv"))}
     assert set(rows) == {"msg+teach", "average_then_grow"}
     assert int(rows["average_then_grow"]["members_used"]) == 2 and int(rows["msg+teach"]["members_used"]) == 2
     assert float(rows["average_then_grow"]["small_flops"]) == float(rows["msg+teach"]["small_flops"]) > 0
-    growth = json.loads(next((wd / "results/models/grown/average_then_grow").rglob("growth.json")).read_text())
+    growth = json.loads(next((wd / "results/tiny/models/grown/average_then_grow").rglob("growth.json")).read_text())
     assert growth["chain"] == ["average_then_grow"]
-    refined = json.loads(next((wd / "results/models/refined/msg+teach").rglob("growlm.json")).read_text())
+    refined = json.loads(next((wd / "results/tiny/models/refined/msg+teach").rglob("growlm.json")).read_text())
     assert refined["train"]["teacher_flops"] > 0
 
 
@@ -359,17 +359,17 @@ def test_members_branch_from_a_shared_trunk_on_clusters_and_merge_then_grow(tmp_
     overlay.write_text("methods: [[merge, msg]]\nmembers: {data: clusters, shards: 2, trunk: 0.5}\n"
                        "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
     run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
-    trunk = wd / "results/models/trunk/d16_L1/s0"
+    trunk = wd / "results/tiny/models/trunk/d16_L1/s0"
     trunk_meta = json.loads((trunk / "growlm.json").read_text())
-    members = [json.loads((wd / f"results/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
-    assert all(m["init_from"] == "results/models/trunk/d16_L1/s0" for m in members)
+    members = [json.loads((wd / f"results/tiny/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
+    assert all(m["init_from"] == "results/tiny/models/trunk/d16_L1/s0" for m in members)
     assert [m["shard"]["index"] for m in members] == [0, 1]
     assert trunk_meta["train"]["tokens"] + members[0]["train"]["tokens"] <= 12000  # half the budget each
     # a branch starts where the trunk ended: its first evaluation is the trunk's last
     trunk_last = list(csv.DictReader(open(trunk / "ledger.csv")))[-1]["val_loss"]
-    first = list(csv.DictReader(open(wd / "results/models/small/d16_L1/s0/m1/ledger.csv")))[0]
+    first = list(csv.DictReader(open(wd / "results/tiny/models/small/d16_L1/s0/m1/ledger.csv")))[0]
     assert first["step"] == "0" and first["val_loss"] == trunk_last
-    (row,) = list(csv.DictReader(open(wd / "results/eval/comparison.csv")))
+    (row,) = list(csv.DictReader(open(wd / "results/tiny/eval/comparison.csv")))
     assert row["method"] == "merge+msg" and int(row["members_used"]) == 2
     expected = trunk_meta["train"]["flops"] + sum(m["train"]["flops"] for m in members)
     assert float(row["small_flops"]) == pytest.approx(expected)

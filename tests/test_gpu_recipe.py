@@ -97,15 +97,15 @@ def hub_stories(root: Path, count: int) -> Path:
                       stories("pg18735_little_red_hen.txt", 20, start=count))
 
 
-def job_intervals(wd: Path) -> list[tuple[str, float, float]]:
+def job_intervals(results: Path) -> list[tuple[str, float, float]]:
     """(job, start, end) of every GPU job of a run, from its benchmark: Snakemake writes a job's
     benchmark TSV when the job ends (its modification time) with the job's wall seconds (`s`)."""
     out = []
     for rule in GPU_RULES:
-        for tsv in (wd / "results" / "benchmarks" / rule).rglob("*.tsv"):
+        for tsv in (results / "benchmarks" / rule).rglob("*.tsv"):
             rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
             end = tsv.stat().st_mtime
-            out.append((str(tsv.relative_to(wd / "results" / "benchmarks")), end - float(rows[-1]["s"]), end))
+            out.append((str(tsv.relative_to(results / "benchmarks")), end - float(rows[-1]["s"]), end))
     return out
 
 
@@ -156,16 +156,16 @@ def test_the_gpu_recipe_runs_on_the_cpu_at_a_reduced_size(tmp_path):
     (wd / "smoke.yaml").write_text(yaml.safe_dump(small, sort_keys=False))
     run_snakemake(wd, "--profile", "profiles/gpu", "--resources", "gpu=2", "--cores", "2", "--configfile",
                   "config/config.yaml", "config/gpu.yaml", "smoke.yaml", timeout=600)
-    rows = list(csv.DictReader(open(wd / "results" / "eval" / "comparison.csv")))
+    rows = list(csv.DictReader(open(wd / "results" / "gpu" / "eval" / "comparison.csv")))
     assert {r["method"] for r in rows} == {"msg", "concat+zero_block"}
     assert all(float(r["m1_final_val_loss"]) > 0 and r["test_level"] == "tinystories" for r in rows), rows
-    source = json.loads((wd / "results" / "corpus" / "sources" / "tinystories" / "source.json").read_text())
+    source = json.loads((wd / "results" / "gpu" / "corpus" / "sources" / "tinystories" / "source.json").read_text())
     assert (source["kind"], source["hf"], source["split"], source["documents"]) == ("hf", "data/tinystories",
                                                                                   "train", 300)
-    plan = json.loads((wd / "results" / "models" / "baseline" / "d32_L2" / "t24000_lr0.003" / "s0" /
+    plan = json.loads((wd / "results" / "gpu" / "models" / "baseline" / "d32_L2" / "t24000_lr0.003" / "s0" /
                        "plan.json").read_text())
     assert plan["made_for"]["gpu_share"] == 0.5
-    intervals = job_intervals(wd)
+    intervals = job_intervals(wd / "results" / "gpu")
     assert len(intervals) == 2 + 1 + 2 + 3 + 5 + 1  # members, M_0, refinements, profiles, evaluations
     assert most_at_once(intervals) <= 2
 
@@ -182,23 +182,24 @@ def test_gpu_jobs_never_overlap_under_the_gpu_profile(workflow_dir):
     1.5 minutes on 2 cores."""
     (workflow_dir / "gpu1.yaml").write_text("resources: {gpu: 1}\nprofile: {tools: [ncu]}\n")
     (workflow_dir / "gpu0.yaml").write_text("resources: {gpu: 0}\nprofile: {tools: [ncu]}\n")
-    small = "results/models/small/d16_L1/s0"
+    small = "results/tiny/models/small/d16_L1/s0"
     targets = [f"{small}/m1/model.safetensors", f"{small}/m2/model.safetensors",
-               "results/models/baseline/d32_L2/t24000_lr0.003/s0/model.safetensors",
-               "results/eval/small/d16_L1/s0/m1/metrics.json", "results/eval/small/d16_L1/s0/m2/metrics.json",
-               "results/profile/ncu/small/summary.csv"]
+               "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0/model.safetensors",
+               "results/tiny/eval/small/d16_L1/s0/m1/metrics.json", "results/tiny/eval/small/d16_L1/s0/m2/metrics.json",
+               "results/tiny/profile/ncu/small/summary.csv"]
     run_snakemake(workflow_dir, *targets, "--profile", "profiles/gpu", "--cores", "2", "--configfile", str(TINY),
                   "gpu1.yaml")
-    one_gpu = job_intervals(workflow_dir)
+    one_gpu = job_intervals(workflow_dir / "results" / "tiny")
     assert len(one_gpu) == 6
     assert not overlaps(one_gpu), overlaps(one_gpu)
     assert most_at_once(one_gpu) == 1
-    logs = (workflow_dir / "results" / "logs" / "train_small").glob("*.log")
+    logs = (workflow_dir / "results" / "tiny" / "logs" / "train_small").glob("*.log")
     assert all("on cpu" in log.read_text() for log in logs)  # a GPU asked for, none there: the CPU
 
     run_snakemake(workflow_dir, *targets, "--cores", "2", "--configfile", str(TINY), "gpu0.yaml", "--forcerun",
                   "train_small", "train_baseline", "evaluate_model", "profile")
-    assert overlaps(job_intervals(workflow_dir)) and most_at_once(job_intervals(workflow_dir)) == 2
+    twice = job_intervals(workflow_dir / "results" / "tiny")
+    assert overlaps(twice) and most_at_once(twice) == 2
 
 
 # ---------------------------------------------------------------------------------------------

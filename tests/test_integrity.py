@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from growlm.model import build_model, load_model, save_model
 from growlm.tokenizer import fit_tokenizer, load_tokenizer
 from growlm.tokens import encode_file, load_tokens
 
-REBUILD = "rebuild it with `snakemake --cores 1 --force {path}`"
+# outside a workflow run (no user command in the environment) the hint is plain Snakemake's
+REBUILD = "rebuild it and continue with `snakemake --cores 1 --force {path} && snakemake --cores 1`"
 
 
 def flip_byte(path, at: int = -100) -> None:
@@ -142,22 +144,25 @@ def test_a_grown_model_with_non_finite_values_stops_the_grow_job(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_workflow_job_names_a_damaged_input_in_one_line(tiny_run, tmp_path):
-    """In the real workflow: a member's weights altered after they were written; the job that reads
-    them stops with one line (no traceback) naming the file and the command that rebuilds it."""
+def test_a_workflow_run_names_a_damaged_input_in_one_line(tiny_run, tmp_path):
+    """In the real workflow: a member's weights altered after they were written; the run stops before any
+    job (so Snakemake deletes nothing it would rerun) with one line (no traceback) naming the file and the
+    user's own command that rebuilds it (tests/test_own_results.py runs such hints)."""
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
-    weights = "results/models/small/d16_L1/s0/m1/model.safetensors"
+    weights = "results/tiny/models/small/d16_L1/s0/m1/model.safetensors"
+    metrics = wd / "results/tiny/eval/small/d16_L1/s0/m1/metrics.json"
     flip_byte(wd / weights, at=-7)
     # the target first: --configfile and --forcerun take several values and would swallow it
-    proc = run_snakemake(wd, "results/eval/small/d16_L1/s0/m1/metrics.json", "--cores", "1", "--configfile",
+    proc = run_snakemake(wd, "results/tiny/eval/small/d16_L1/s0/m1/metrics.json", "--cores", "1", "--configfile",
                          str(TINY), "--forcerun", "evaluate_model", check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    line = f"growlm evaluate_model: error: {weights} is damaged (its content differs from the sha256 recorded when it " \
-           f"was written); rebuild it with `snakemake --cores 1 --force {weights}`"
+    line = f"{weights} is damaged (its content differs from the sha256 recorded when it was written); rebuild it " \
+           f"and continue with `{sys.executable} -m snakemake --cores 1 --configfile {TINY} --force {weights} && "
     assert line in text, text[-3000:]
     assert "Traceback (most recent call last)" not in text
+    assert metrics.is_file()  # the job that reads the weights never started
 
 
 def test_missing_and_empty_sources_are_named_at_every_run(workflow_dir):

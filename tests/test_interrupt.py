@@ -27,8 +27,8 @@ controls: {single_member: false, ensemble: false}
 profile: {tools: []}
 train: {small: {tokens: 1500000}, checkpoint_every: 200}  # about 15 s of training
 """
-TARGET = "results/models/small/d16_L1/s0/m1/model.safetensors"
-LOG = "results/logs/train_small/d16_L1_s0_m1.log"
+TARGET = "results/tiny/models/small/d16_L1/s0/m1/model.safetensors"
+LOG = "results/tiny/logs/train_small/d16_L1_s0_m1.log"
 
 
 def start(wd: Path, *extra: str) -> subprocess.Popen:

@@ -34,13 +34,13 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     browser = chromium()
     if browser is None:
         pytest.skip("Chromium is not installed and cannot be installed here (needs root and apt-get)")
-    report = tiny_run / "results" / "report.html"
+    report = tiny_run / "results" / "tiny" / "report.html"
     dom = render(browser, report, "--dump-dom").stdout
     assert len(dom) > 10000, "the report page did not render"
     # the first page states the answer, a sentence per arm, with numbers and without Python reprs
     import pandas as pd
 
-    comparison = pd.read_csv(tiny_run / "results" / "eval" / "comparison.csv")
+    comparison = pd.read_csv(tiny_run / "results" / "tiny" / "eval" / "comparison.csv")
     m0 = comparison["m0_final_val_loss"].iloc[0]
     assert "growlm: does growing pay?" in dom
     assert f"M_0 (width 32, 2 layers) trained from scratch for 24,000 tokens ends at validation loss {m0:.3f}" in dom
@@ -58,7 +58,7 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     render(browser, report, f"--screenshot={shot}")
     assert shot.is_file() and shot.stat().st_size > 20000  # a blank page is a few kB
     # the comparison table itself, as a browser draws it
-    table_dom = render(browser, tiny_run / "results/report/comparison.html", "--dump-dom").stdout
+    table_dom = render(browser, tiny_run / "results/tiny/report/comparison.html", "--dump-dom").stdout
     assert "cost ratio (small counted)" in table_dom and "M_0 final val loss" in table_dom
     # the columns that decide lead the table
     headers = re.findall(r"<th>([^<]+)</th>", table_dom.split('id="comparison"')[1])

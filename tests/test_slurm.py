@@ -387,9 +387,9 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
     from conftest import TINY, copy_workflow, run_snakemake
 
     wd = copy_workflow(tmp_path / "wf")
-    tokens = [f"results/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
+    tokens = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
     # targets before --configfile, which takes every following word
-    run_snakemake(wd, "--cores", "2", "results/tokenizer/tokenizer.json", *tokens, "--configfile", str(TINY))
+    run_snakemake(wd, "--cores", "2", "results/tiny/tokenizer/tokenizer.json", *tokens, "--configfile", str(TINY))
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
@@ -400,9 +400,9 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
         "train: {threads: 1}\n"
     )
     proc = run_snakemake_on_cluster(wd, wd / "workflow" / "Snakefile", configfiles=(TINY, overlay),
-                                    extra_args=("results/eval/comparison.csv", "--verbose"), timeout=900)
+                                    extra_args=("results/tiny/eval/comparison.csv", "--verbose"), timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:]
-    assert (wd / "results/eval/comparison.csv").stat().st_size > 100
+    assert (wd / "results/tiny/eval/comparison.csv").stat().st_size > 100
     sbatch = [line for line in proc.stdout.splitlines() if line.startswith("sbatch ") and "rule_train_baseline" in line]
     assert sbatch, "no sbatch line for train_baseline"
     assert "--gpus=1" in sbatch[0] and "--mem 900" in sbatch[0] and "-t 15" in sbatch[0], sbatch[0]

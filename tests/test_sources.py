@@ -276,27 +276,27 @@ def test_three_named_levels_from_your_own_data_run_end_to_end(tmp_path):
     overlay = write_own_corpus(wd)
     tiny = wd / "tests" / "config" / "tiny.yaml"
     run_snakemake(wd, "--cores", "2", "--configfile", str(tiny), str(overlay))
-    comparison = (wd / "results" / "eval" / "comparison.csv").read_text()
+    comparison = (wd / "results" / "tiny" / "eval" / "comparison.csv").read_text()
     assert "readers" in comparison.splitlines()[1]  # test_level
-    metrics = json.loads((wd / "results/eval/small/d16_L1/s0/m1/metrics.json").read_text())
+    metrics = json.loads((wd / "results/tiny/eval/small/d16_L1/s0/m1/metrics.json").read_text())
     assert set(metrics["levels"]) == {"primer", "stories", "readers"}
     # the members train on both of their levels, one file after the other
-    mix = wd / "results" / "tokens" / "levelprimer+stories" / "train.npy"
+    mix = wd / "results" / "tiny" / "tokens" / "levelprimer+stories" / "train.npy"
     spans = token_sources(mix)
     assert set(spans) == {"primer_a", "primer_b", "fables"} and load_tokens(mix).size == max(v[1] for v in spans.values())
     # provenance: each file of each source by sha256, in the level statistics and on the report page
-    stats = json.loads((wd / "results/corpus/levelreaders/stats.json").read_text())
+    stats = json.loads((wd / "results/tiny/corpus/levelreaders/stats.json").read_text())
     parquet = stats["provenance"]["reddy"]["files"][0]
     assert parquet["sha256"] == sha256(wd / "data" / "readers.parquet")
     assert stats["provenance"]["west_wind"]["kind"] == "hf"
     assert {Path(f["path"]).name for f in stats["provenance"]["west_wind"]["files"]} == {
         "train-00000-of-00001.parquet", "validation-00000-of-00001.parquet"}
-    table = (wd / "results/report/corpus_stats.html").read_text()
+    table = (wd / "results/tiny/report/corpus_stats.html").read_text()
     for level in ("primer", "stories", "readers"):
         assert f"<td>{level}</td>" in table
     assert re.search(r"readers.parquet sha256 [0-9a-f]{12}", table)
     # the cap: reddy's share of the train tokens is about 90% of its 30000
-    readers = token_sources(wd / "results/tokens/levelreaders/train.npy")
+    readers = token_sources(wd / "results/tiny/tokens/levelreaders/train.npy")
     assert 27000 <= readers["reddy"][1] - readers["reddy"][0] < 27000 + 400
 
 

@@ -120,7 +120,7 @@ def test_python_has_no_unused_names_or_syntax_errors():
 
 @pytest.mark.slow
 def test_tiny_run_makes_the_report(tiny_run):
-    comparison = list(csv.DictReader(open(tiny_run / "results/eval/comparison.csv")))
+    comparison = list(csv.DictReader(open(tiny_run / "results/tiny/eval/comparison.csv")))
     # hyperclone+zero_block, concat+zero_block and concat's single-member control (hyperclone is
     # single-source: its control would repeat it)
     assert sorted(r["method"] for r in comparison) == ["concat+zero_block", "concat+zero_block@m1",
@@ -129,10 +129,10 @@ def test_tiny_run_makes_the_report(tiny_run):
     assert float(row["ensemble_test_loss"]) > 0
     assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
     assert float(row["small_flops"]) > 0 and float(row["m0_flops"]) > 0
-    report = (tiny_run / "results/report.html").read_text(errors="replace")
+    report = (tiny_run / "results/tiny/report.html").read_text(errors="replace")
     assert "comparison.html" in report and "loss_vs_flops.svg" in report
-    for path in ["results/report/comparison.html", "results/report/loss_vs_flops.svg",
-                 "results/report/corpus_stats.html"]:
+    for path in ["results/tiny/report/comparison.html", "results/tiny/report/loss_vs_flops.svg",
+                 "results/tiny/report/corpus_stats.html"]:
         assert (tiny_run / path).stat().st_size > 500
 
 
@@ -155,11 +155,11 @@ def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
 
     import pandas as pd
 
-    report_html = (tiny_run / "results/report/profile.html").read_text()
+    report_html = (tiny_run / "results/tiny/report/profile.html").read_text()
     assert "<h3>Profile</h3>" in report_html and 'id="profile-cost"' in report_html
     for tool in ("nsys", "ncu"):
         for kind in ("small", "baseline", "refine"):
-            folder = tiny_run / "results/profile" / tool / kind
+            folder = tiny_run / "results/tiny/profile" / tool / kind
             found = json.loads((folder / "tools.json").read_text())  # what the job detected
             assert found["cuda"] is False
             made_by = "nsys" if tool == "nsys" and found["nsys"]["works"] else "torch-cpu"
@@ -172,7 +172,7 @@ def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
             assert {"data", "forward", "backward", "optimizer"} <= set(phases["phase"])
             assert (phases["profiler"] == made_by).all() and (phases["total_ms"] > 0).all()
             assert f"{kind}: requested {tool}, tables made by <code>{made_by}</code>" in report_html
-    assert "profile.html" in (tiny_run / "results/report.html").read_text(errors="replace")
+    assert "profile.html" in (tiny_run / "results/tiny/report.html").read_text(errors="replace")
 
 
 @pytest.mark.slow
@@ -229,8 +229,8 @@ def test_grown_model_preserves_the_member_before_training(tiny_run):
     from growlm.growth import load_grown
     from growlm.model import load_model
 
-    member = load_model(tiny_run / "results/models/small/d16_L1/s0/m1")
-    grown_dir = tiny_run / "results/models/grown/hyperclone+zero_block/d16_L1_to_d32_L2/n2/s0"
+    member = load_model(tiny_run / "results/tiny/models/small/d16_L1/s0/m1")
+    grown_dir = tiny_run / "results/tiny/models/grown/hyperclone+zero_block/d16_L1_to_d32_L2/n2/s0"
     grown = load_grown(grown_dir)
     x = torch.randint(0, member.config.vocab_size, (2, 32))
     with torch.no_grad():
@@ -240,8 +240,8 @@ def test_grown_model_preserves_the_member_before_training(tiny_run):
     # concat of both members: M'_1 is exactly their logit-average ensemble before training
     from growlm.model import LogitEnsemble
 
-    second = load_model(tiny_run / "results/models/small/d16_L1/s0/m2")
-    concat = load_grown(tiny_run / "results/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0")
+    second = load_model(tiny_run / "results/tiny/models/small/d16_L1/s0/m2")
+    concat = load_grown(tiny_run / "results/tiny/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0")
     with torch.no_grad():
         ens = LogitEnsemble([member, second])(input_ids=x).logits
         diff = (concat(input_ids=x).logits - ens).abs().max().item()
@@ -288,10 +288,10 @@ def test_optimizer_state_carry_over_in_the_workflow(tiny_run, tmp_path):
 
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
-    target = "results/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0/model.safetensors"
+    target = "results/tiny/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0/model.safetensors"
     run_snakemake(wd, "--cores", "1", target, "--configfile", str(TINY), "--config",
                   'grow={"optimizer_state": "carry"}')
-    growth = json.loads((wd / "results/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0/growth.json").read_text())
+    growth = json.loads((wd / "results/tiny/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0/growth.json").read_text())
     assert growth["optimizer_state"] == "carry" and growth["moments_step"] > 0
-    log = (wd / "results/logs/refine/concat+zero_block_d16_L1_to_d32_L2_n2_t24000_lr0.003_s0.log").read_text()
+    log = (wd / "results/tiny/logs/refine/concat+zero_block_d16_L1_to_d32_L2_n2_t24000_lr0.003_s0.log").read_text()
     assert "AdamW starts from carried-over moments" in log

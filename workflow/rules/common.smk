@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from snakemake.cli import get_argument_parser
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -17,6 +18,7 @@ from snakemake.utils import validate
 RULES_DIR = str(workflow.current_basedir)  # this folder, also when growlm runs as another workflow's module
 sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
 
+from growlm import hints, outputs  # noqa: E402
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import (  # noqa: E402
     arm_levels,
@@ -46,8 +48,14 @@ from growlm.methods import (  # noqa: E402
     needs_single_member_control,
 )
 from growlm.resume import interrupted_run_notice  # noqa: E402
-from growlm.sources import local_files  # noqa: E402
-from growlm.validate import check_config  # noqa: E402
+from growlm.sources import hub_problem, local_files  # noqa: E402
+from growlm.validate import check_config, experiment_warnings  # noqa: E402
+
+# every command growlm prints for you to run is your own command line (growlm.hints): the jobs
+# inherit it through the environment
+COMMAND = hints.export_command(sys.argv, hints.option_table(get_argument_parser()))
+MAIN_PROCESS = not hints.is_job_step(sys.argv)  # not one job's step (a SLURM job parses this file again)
+DRY_RUN = "dryrun" in COMMAND["given"]
 
 
 def shipped(rel):
@@ -94,6 +102,16 @@ try:
 except GrowlmError as err:
     raise WorkflowError(f"config error: {err}")
 
+# the experiment's folder: results/ for the default experiment, results/<experiment>/ for any other
+EXPERIMENT = config["experiment"]
+R = outputs.results_dir(EXPERIMENT)
+
+
+def res(path):
+    """A path inside this experiment's results folder."""
+    return f"{R}/{path}"
+
+
 # a run killed before this one left its lock: say how to continue (Snakemake checks the lock next)
 NOTICE = interrupted_run_notice(Path.cwd(), sys.argv)
 if NOTICE:
@@ -101,8 +119,8 @@ if NOTICE:
 
 LEVELS = level_names(config)
 ARM_LEVELS = arm_levels(config)
-MEMBER_TOKENS = f"results/tokens/{level_dir(ARM_LEVELS['members'])}"  # + /train.npy, /val.npy
-LARGE_TOKENS = f"results/tokens/{level_dir(ARM_LEVELS['large'])}"
+MEMBER_TOKENS = f"{R}/tokens/{level_dir(ARM_LEVELS['members'])}"  # + /train.npy, /val.npy
+LARGE_TOKENS = f"{R}/tokens/{level_dir(ARM_LEVELS['large'])}"
 EVAL_LEVEL = ARM_LEVELS["evaluate"]
 SPLITS = ["train", "val", "test"]
 SOURCES = {s["name"]: s for s in config["corpus"]["sources"]}
@@ -141,7 +159,7 @@ wildcard_constraints:
     level=r"[A-Za-z0-9_]+",
     levels=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)+",
     split="train|val|test",
-    source="|".join(SOURCES),
+    source="|".join(re.escape(s) for s in SOURCES),
     method="|".join(re.escape(m) for m in METHOD_IDS),
     kind="small|baseline|refine",
     tool="nsys|ncu",
@@ -164,12 +182,12 @@ def combos():
     return [dict(zip(keys, v)) for v in itertools.product(*values)]
 
 
-SMALL = "results/models/small/d{d0}_L{L0}/s{seed}/m{member}"
-TRUNK = "results/models/trunk/d{d0}_L{L0}/s{seed}"  # the members' shared trunk (members.trunk > 0)
-BASELINE = "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"
-GROWN = "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}"
-REFINED = "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"
-ENSEMBLE = "results/eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json"
+SMALL = res("models/small/d{d0}_L{L0}/s{seed}/m{member}")
+TRUNK = res("models/trunk/d{d0}_L{L0}/s{seed}")  # the members' shared trunk (members.trunk > 0)
+BASELINE = res("models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}")
+GROWN = res("models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")
+REFINED = res("models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}")
+ENSEMBLE = res("eval/ensemble/d{d0}_L{L0}/n{n}/s{seed}/metrics.json")
 
 
 def ensemble_targets():
@@ -194,7 +212,7 @@ def grown_dirs():
 
 
 def eval_targets():
-    return [f"{d}/metrics.json".replace("results/models/", "results/eval/", 1) for d in model_dirs()]
+    return [f"{d}/metrics.json".replace(res("models/"), res("eval/"), 1) for d in model_dirs()]
 
 
 def member_dirs(wildcards):
@@ -218,7 +236,7 @@ def source_input(wildcards):
     if src.get("bundled"):
         return [bundled_path(src["bundled"])]
     if src.get("url"):
-        return [f"resources/downloads/{wildcards.source}.txt"]
+        return [f"{R}/downloads/{wildcards.source}.txt"]
     spec = src.get("path") or src["hf"]
     return [str(f) for f in local_files(spec)] if src.get("path") or Path(spec).is_dir() else []
 
@@ -231,7 +249,7 @@ def level_source_names(wildcards):
 
 
 def level_sources(wildcards):
-    return [f"results/corpus/sources/{name}/{f}" for name in level_source_names(wildcards) for f in SOURCE_FILES]
+    return [f"{R}/corpus/sources/{name}/{f}" for name in level_source_names(wildcards) for f in SOURCE_FILES]
 
 
 def prep_threads(wildcards=None):
@@ -316,7 +334,7 @@ def check_plugin_operators():
                     options=grow_settings(config, method_id(m))["options"],
                 )
             )
-    spec = Path("results/plugins/check.json")
+    spec = Path(res("plugins/check.json"))
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"plugins": PLUGINS, "checks": checks}, indent=2))
     env = {
@@ -375,7 +393,7 @@ PROFILE_KINDS = ["small", "baseline", "refine"]
 
 def profile_targets():
     tools = [t for t in config["profile"]["tools"] if t in ("nsys", "ncu")]
-    return [f"results/profile/{tool}/{kind}/summary.csv" for tool in tools for kind in PROFILE_KINDS]
+    return [f"{R}/profile/{tool}/{kind}/summary.csv" for tool in tools for kind in PROFILE_KINDS]
 
 
 def _first_combo():
@@ -385,7 +403,7 @@ def _first_combo():
 def profile_inputs(wildcards):
     c = _first_combo()
     tokens = MEMBER_TOKENS if wildcards.kind == "small" else LARGE_TOKENS
-    inputs = {"tokens": f"{tokens}/train.npy", "tokenizer": "results/tokenizer/tokenizer.json"}
+    inputs = {"tokens": f"{tokens}/train.npy", "tokenizer": res("tokenizer/tokenizer.json")}
     if wildcards.kind == "refine":
         inputs["grown"] = f"{GROWN.format(**c)}/growth.json"
     return inputs
@@ -403,3 +421,83 @@ def profile_params(wildcards):
         "grown": GROWN.format(**c) if wildcards.kind == "refine" else None,
         "settings": canonical({k: v for k, v in config["profile"].items() if k != "tools"}),  # tool: the wildcard
     }
+
+
+# --- before any job: is the experiment's folder whole, and what will this run do to it ----------
+
+
+def kept_outputs():
+    """The experiment's products that later runs and the report rely on: every trained model's weights
+    and ledger, every grown model, the token files. `rule all` asks for them too, so one that vanished
+    after a finished run is made again (with everything that depends on it), never reported on."""
+    files = [f"{d}/{name}" for d in model_dirs() for name in ("model.safetensors", "ledger.csv")]
+    files += [f"{d}/growth.json" for d in grown_dirs()]
+    files += [f"{tokens}/{split}.npy" for tokens in (MEMBER_TOKENS, LARGE_TOKENS) for split in ("train", "val")]
+    files += [res(f"tokens/level{level}/test.npy") for level in LEVELS]
+    return sorted(set(files))
+
+
+def preflight():
+    """The checks of the user's run (a job's step skips them), before Snakemake plans any job:
+
+    - a file a job recorded a sha256 for that no longer matches it, or a tokenizer or growth record
+      that no longer parses, stops the run naming it and the one line that rebuilds it and continues
+      (a job would notice only after Snakemake had deleted the outputs it was rerun for);
+    - outputs of a finished run that are gone are said to be made again (they are targets of `all`);
+      `--report` stops instead of describing models that no longer exist;
+    - settings changed since the folder's last finished run, and legal but surprising values
+      (growlm.validate.experiment_warnings), are printed as warnings."""
+    forced = set(COMMAND["targets"]) if {"force", "forceall"} & set(COMMAND["given"]) else set()
+    damaged = [(path, why) for path, why in outputs.damaged_files(R) if hints.rebuild_target(path) not in forced]
+    if damaged:
+        lines = [f"{path} is damaged ({why})" for path, why in damaged]
+        raise WorkflowError(
+            "; ".join(lines) + f"; rebuild {'it' if len(lines) == 1 else 'them'} and continue with "
+            f"`{hints.rebuild(*[path for path, _ in damaged])}`"
+        )
+    if os.path.exists(res("eval/comparison.csv")):
+        gone = outputs.missing(kept_outputs())
+        if gone:
+            listed = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+            if "report" in COMMAND["given"]:
+                raise WorkflowError(
+                    f"{len(gone)} output(s) of this experiment are gone ({listed}); the report would describe "
+                    f"models that no longer exist. Make them again with `{hints.again()}`, then build the report"
+                )
+            print(
+                f"growlm: {len(gone)} output(s) of this experiment's finished run are gone ({listed}); this run "
+                "makes them again, and everything that depends on them",
+                file=sys.stderr,
+            )
+    for i, source in enumerate(config["corpus"]["sources"]):
+        # a Hub dataset not yet prepared: asked of the Hub now, not by a job that would retry
+        if source.get("hf") and not Path(source["hf"]).is_dir():
+            if not os.path.exists(res(f"corpus/sources/{source['name']}/source.json")):
+                problem = hub_problem(source)
+                if problem and not DRY_RUN:
+                    raise WorkflowError(f"config error: corpus.sources[{i}] ({source['name']}): {problem}")
+                if problem:  # a dry run only plans: say it, the real run stops here
+                    print(f"growlm: warning: corpus.sources[{i}] ({source['name']}): {problem}", file=sys.stderr)
+    changed, made_by = outputs.drift(R, config)
+    if changed:
+        keys = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        print(
+            f"growlm: warning: {R}/ holds the experiment '{EXPERIMENT}' made with other settings ({keys}; made by "
+            f"{' '.join(made_by) or 'the default config'}); this run rebuilds what they change in place. To keep "
+            f"both, give this one its own name: --config experiment=NAME (its results go to results/NAME/)",
+            file=sys.stderr,
+        )
+    for warning in experiment_warnings(config, SWEEP, resolve_source=source_file, results=R):
+        print(f"growlm: warning: {warning}", file=sys.stderr)
+
+
+if MAIN_PROCESS:
+    try:
+        preflight()
+    except GrowlmError as err:
+        raise WorkflowError(str(err))
+
+
+onsuccess:
+    # what made this folder's results, for the next run's warning about changed settings
+    outputs.record(R, config, workflow.overwrite_configfiles or workflow.configfiles)

@@ -4,11 +4,11 @@
 
 rule download_source:
     output:
-        "resources/downloads/{source}.txt",
+        res("downloads/{source}.txt"),
     log:
-        "results/logs/download_source/{source}.log",
+        res("logs/download_source/{source}.log"),
     benchmark:
-        "results/benchmarks/download_source/{source}.tsv"
+        res("benchmarks/download_source/{source}.tsv")
     conda:
         "../envs/growlm.yaml"
     params:
@@ -21,11 +21,11 @@ rule prepare_source:
     input:
         source_input,
     output:
-        expand("results/corpus/sources/{{source}}/{file}", file=SOURCE_FILES),
+        expand(res("corpus/sources/{{source}}/{file}"), file=SOURCE_FILES),
     log:
-        "results/logs/prepare_source/{source}.log",
+        res("logs/prepare_source/{source}.log"),
     benchmark:
-        "results/benchmarks/prepare_source/{source}.tsv"
+        res("benchmarks/prepare_source/{source}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: source_threads
@@ -39,14 +39,14 @@ rule build_level:
     input:
         level_sources,
     output:
-        train="results/corpus/level{level}/train.txt",
-        val="results/corpus/level{level}/val.txt",
-        test="results/corpus/level{level}/test.txt",
-        stats="results/corpus/level{level}/stats.json",
+        train=res("corpus/level{level}/train.txt"),
+        val=res("corpus/level{level}/val.txt"),
+        test=res("corpus/level{level}/test.txt"),
+        stats=res("corpus/level{level}/stats.json"),
     log:
-        "results/logs/build_level/level{level}.log",
+        res("logs/build_level/level{level}.log"),
     benchmark:
-        "results/benchmarks/build_level/level{level}.tsv"
+        res("benchmarks/build_level/level{level}.tsv")
     conda:
         "../envs/growlm.yaml"
     params:

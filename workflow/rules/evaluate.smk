@@ -4,14 +4,14 @@
 
 rule evaluate_model:
     input:
-        model="results/models/{model}/model.safetensors",
-        tests=expand("results/tokens/level{level}/test.npy", level=LEVELS),
+        model=res("models/{model}/model.safetensors"),
+        tests=expand(res("tokens/level{level}/test.npy"), level=LEVELS),
     output:
-        "results/eval/{model}/metrics.json",
+        res("eval/{model}/metrics.json"),
     log:
-        "results/logs/evaluate_model/{model}.log",
+        res("logs/evaluate_model/{model}.log"),
     benchmark:
-        "results/benchmarks/evaluate_model/{model}.tsv"
+        res("benchmarks/evaluate_model/{model}.tsv")
     wildcard_constraints:
         model=r"(small|baseline|refined)/.+",
     conda:
@@ -30,13 +30,13 @@ rule evaluate_model:
 rule evaluate_ensemble:
     input:
         models=lambda wc: [f"{d}/model.safetensors" for d in member_dirs(wc)],
-        tests=expand("results/tokens/level{level}/test.npy", level=LEVELS),
+        tests=expand(res("tokens/level{level}/test.npy"), level=LEVELS),
     output:
         ENSEMBLE,
     log:
-        "results/logs/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.log",
+        res("logs/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.log"),
     benchmark:
-        "results/benchmarks/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.tsv"
+        res("benchmarks/evaluate_ensemble/d{d0}_L{L0}_n{n}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: 1
@@ -57,16 +57,16 @@ rule compare:
         ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
         ensembles=ensemble_targets(),
-        unigram=f"results/tokens/level{EVAL_LEVEL}/train.npy",
-        unigram_test=f"results/tokens/level{EVAL_LEVEL}/test.npy",
+        unigram=f"{R}/tokens/level{EVAL_LEVEL}/train.npy",
+        unigram_test=f"{R}/tokens/level{EVAL_LEVEL}/test.npy",
     output:
-        comparison="results/eval/comparison.csv",
-        curves="results/eval/curves.csv",
-        lr_sweep="results/eval/lr_sweep.csv",
+        comparison=res("eval/comparison.csv"),
+        curves=res("eval/curves.csv"),
+        lr_sweep=res("eval/lr_sweep.csv"),
     log:
-        "results/logs/compare.log",
+        res("logs/compare.log"),
     benchmark:
-        "results/benchmarks/compare.tsv"
+        res("benchmarks/compare.tsv")
     conda:
         "../envs/growlm.yaml"
     params:

@@ -9,13 +9,13 @@ rule grow:
         plugins=lambda wc: plugin_files(wc.method),
         data=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
-        tokenizer="results/tokenizer/tokenizer.json",
+        tokenizer=res("tokenizer/tokenizer.json"),
     output:
         f"{GROWN}/growth.json",
     log:
-        "results/logs/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.log",
+        res("logs/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.log"),
     benchmark:
-        "results/benchmarks/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv"
+        res("benchmarks/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: 1

@@ -8,13 +8,13 @@ rule profile:
     input:
         unpack(profile_inputs),
     output:
-        phases="results/profile/{tool}/{kind}/phases.csv",
-        kernels="results/profile/{tool}/{kind}/kernels.csv",
-        summary="results/profile/{tool}/{kind}/summary.csv",
+        phases=res("profile/{tool}/{kind}/phases.csv"),
+        kernels=res("profile/{tool}/{kind}/kernels.csv"),
+        summary=res("profile/{tool}/{kind}/summary.csv"),
     log:
-        "results/logs/profile/{tool}_{kind}.log",
+        res("logs/profile/{tool}_{kind}.log"),
     benchmark:
-        "results/benchmarks/profile/{tool}_{kind}.tsv"
+        res("benchmarks/profile/{tool}_{kind}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]
@@ -30,17 +30,17 @@ rule profile:
 rule profile_report:
     input:
         tables=profile_targets(),
-        curves="results/eval/curves.csv",
+        curves=res("eval/curves.csv"),
     output:
         report(
-            "results/report/profile.html",
+            res("report/profile.html"),
             caption="../report/profile.rst",
             category="4. Profile",
         ),
     log:
-        "results/logs/profile_report.log",
+        res("logs/profile_report.log"),
     benchmark:
-        "results/benchmarks/profile_report.tsv"
+        res("benchmarks/profile_report.tsv")
     conda:
         "../envs/growlm.yaml"
     script:

@@ -4,14 +4,14 @@
 
 rule fit_tokenizer:
     input:
-        expand("results/corpus/level{level}/train.txt", level=LEVELS),
+        expand(res("corpus/level{level}/train.txt"), level=LEVELS),
     output:
-        "results/tokenizer/tokenizer.json",
-        "results/tokenizer/tokenizer_config.json",
+        res("tokenizer/tokenizer.json"),
+        res("tokenizer/tokenizer_config.json"),
     log:
-        "results/logs/fit_tokenizer.log",
+        res("logs/fit_tokenizer.log"),
     benchmark:
-        "results/benchmarks/fit_tokenizer.tsv"
+        res("benchmarks/fit_tokenizer.tsv")
     conda:
         "../envs/growlm.yaml"
     params:
@@ -24,16 +24,16 @@ rule fit_tokenizer:
 
 rule encode_split:
     input:
-        text="results/corpus/level{level}/{split}.txt",
-        stats="results/corpus/level{level}/stats.json",
-        tokenizer="results/tokenizer/tokenizer.json",
+        text=res("corpus/level{level}/{split}.txt"),
+        stats=res("corpus/level{level}/stats.json"),
+        tokenizer=res("tokenizer/tokenizer.json"),
     output:
-        tokens="results/tokens/level{level}/{split}.npy",
-        sources="results/tokens/level{level}/{split}.npy.sources.json",
+        tokens=res("tokens/level{level}/{split}.npy"),
+        sources=res("tokens/level{level}/{split}.npy.sources.json"),
     log:
-        "results/logs/encode_split/level{level}_{split}.log",
+        res("logs/encode_split/level{level}_{split}.log"),
     benchmark:
-        "results/benchmarks/encode_split/level{level}_{split}.tsv"
+        res("benchmarks/encode_split/level{level}_{split}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: prep_threads
@@ -46,14 +46,14 @@ rule encode_split:
 # A training set drawn from several levels (levels.members or levels.large naming more than one).
 rule mix_levels:
     input:
-        lambda wc: [f"results/tokens/level{v}/{wc.split}.npy" for v in wc.levels.split("+")],
+        lambda wc: [f"{R}/tokens/level{v}/{wc.split}.npy" for v in wc.levels.split("+")],
     output:
-        tokens="results/tokens/level{levels}/{split}.npy",
-        sources="results/tokens/level{levels}/{split}.npy.sources.json",
+        tokens=res("tokens/level{levels}/{split}.npy"),
+        sources=res("tokens/level{levels}/{split}.npy.sources.json"),
     log:
-        "results/logs/mix_levels/level{levels}_{split}.log",
+        res("logs/mix_levels/level{levels}_{split}.log"),
     benchmark:
-        "results/benchmarks/mix_levels/level{levels}_{split}.tsv"
+        res("benchmarks/mix_levels/level{levels}_{split}.tsv")
     conda:
         "../envs/growlm.yaml"
     script:

@@ -8,7 +8,7 @@ rule train_small:
     input:
         train=f"{MEMBER_TOKENS}/train.npy",
         val=f"{MEMBER_TOKENS}/val.npy",
-        tokenizer="results/tokenizer/tokenizer.json",
+        tokenizer=res("tokenizer/tokenizer.json"),
         trunk=trunk_model,
     output:
         model=f"{SMALL}/model.safetensors",
@@ -16,9 +16,9 @@ rule train_small:
         ledger=f"{SMALL}/ledger.csv",
         plan=f"{SMALL}/plan.json",
     log:
-        "results/logs/train_small/d{d0}_L{L0}_s{seed}_m{member}.log",
+        res("logs/train_small/d{d0}_L{L0}_s{seed}_m{member}.log"),
     benchmark:
-        "results/benchmarks/train_small/d{d0}_L{L0}_s{seed}_m{member}.tsv"
+        res("benchmarks/train_small/d{d0}_L{L0}_s{seed}_m{member}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]
@@ -42,16 +42,16 @@ rule train_trunk:
     input:
         train=f"{MEMBER_TOKENS}/train.npy",
         val=f"{MEMBER_TOKENS}/val.npy",
-        tokenizer="results/tokenizer/tokenizer.json",
+        tokenizer=res("tokenizer/tokenizer.json"),
     output:
         model=f"{TRUNK}/model.safetensors",
         config=f"{TRUNK}/config.json",
         ledger=f"{TRUNK}/ledger.csv",
         plan=f"{TRUNK}/plan.json",
     log:
-        "results/logs/train_trunk/d{d0}_L{L0}_s{seed}.log",
+        res("logs/train_trunk/d{d0}_L{L0}_s{seed}.log"),
     benchmark:
-        "results/benchmarks/train_trunk/d{d0}_L{L0}_s{seed}.tsv"
+        res("benchmarks/train_trunk/d{d0}_L{L0}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]
@@ -71,16 +71,16 @@ rule train_baseline:
     input:
         train=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
-        tokenizer="results/tokenizer/tokenizer.json",
+        tokenizer=res("tokenizer/tokenizer.json"),
     output:
         model=f"{BASELINE}/model.safetensors",
         config=f"{BASELINE}/config.json",
         ledger=f"{BASELINE}/ledger.csv",
         plan=f"{BASELINE}/plan.json",
     log:
-        "results/logs/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.log",
+        res("logs/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.log"),
     benchmark:
-        "results/benchmarks/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.tsv"
+        res("benchmarks/train_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]
@@ -100,16 +100,16 @@ rule refine:
         grown=f"{GROWN}/growth.json",
         train=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
-        tokenizer="results/tokenizer/tokenizer.json",
+        tokenizer=res("tokenizer/tokenizer.json"),
     output:
         model=f"{REFINED}/model.safetensors",
         config=f"{REFINED}/config.json",
         ledger=f"{REFINED}/ledger.csv",
         plan=f"{REFINED}/plan.json",
     log:
-        "results/logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.log",
+        res("logs/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.log"),
     benchmark:
-        "results/benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.tsv"
+        res("benchmarks/refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]

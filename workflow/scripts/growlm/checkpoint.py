@@ -166,23 +166,45 @@ def verify(path: Path) -> str | None:
     return None
 
 
-def fingerprint(model: torch.nn.Module, settings: dict) -> str:
-    """sha256 of a training run's identity: its settings and the model's initial weights. A
-    checkpoint resumes only a run with the same fingerprint (a collective under FSDP2)."""
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+def run_identity(model: torch.nn.Module, settings: dict, inputs: dict | None = None) -> dict[str, str]:
+    """What a training run's result depends on, part by part, each a sha256: its settings, the model's
+    initial weights, and every file it reads (`inputs`, {what: sha256}: the training and validation
+    tokens, the tokenizer, ...). A collective under FSDP2."""
+    h = hashlib.sha256()
     for name, t in sorted(_model_tensors(model).items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    settings_digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    return {"settings": settings_digest, "initial weights": h.hexdigest(),
+            **{str(k): str(v) for k, v in sorted((inputs or {}).items())}}
+
+
+def fingerprint(identity: dict[str, str]) -> str:
+    """One sha256 of a run's identity (`run_identity`): a checkpoint resumes only a run with the same."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def remove_finished(ckpt_dir: str | Path) -> None:
+    """A finished run's checkpoint folder, once its model is saved: nothing in it is needed again,
+    and a checkpoint left behind could only be resumed by mistake."""
+    if _rank() != 0:
+        return
+    ckpt_dir = Path(ckpt_dir)
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+    for parent in ckpt_dir.parents:  # the folders that held only it (results/checkpoints/small/...)
+        try:
+            parent.rmdir()
+        except OSError:  # not empty, or not ours
+            break
 
 
 def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                log=print, fingerprint: str | None = None) -> dict | None:
+                log=print, identity: dict[str, str] | None = None) -> dict | None:
     """Restore the newest whole checkpoint into `model` and `optimizer`; return its state or None.
 
-    With `fingerprint`, checkpoints of another run (other settings or initial weights, e.g. a job
-    rerun after its config changed) are not resumed: they are removed, saying so, and the run
-    starts from the beginning."""
+    With `identity` (`run_identity`), checkpoints of another run (other settings, initial weights or
+    data, e.g. a job rerun after its config or its token files changed) are not resumed: they are
+    removed, saying which parts differ, and the run starts from the beginning."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return None
@@ -191,12 +213,15 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
         if problem:
             log(f"checkpoint {path} is corrupt ({problem}); falling back to the previous one")
             continue
-        if fingerprint is not None:
-            theirs = json.loads((path / "state.json").read_text()).get("fingerprint")
-            if theirs != fingerprint:
+        if identity is not None:
+            saved = json.loads((path / "state.json").read_text())
+            if saved.get("fingerprint") != fingerprint(identity):
                 stale = sorted(ckpt_dir.glob("step_*"))
-                log(f"the checkpoints in {ckpt_dir} belong to another run of this job (other settings or initial "
-                    f"weights); removing {len(stale)} of them and starting from the beginning")
+                theirs = saved.get("identity") or {}
+                differ = [k for k in sorted(set(identity) | set(theirs)) if identity.get(k) != theirs.get(k)]
+                why = ", ".join(differ) if theirs else "settings, initial weights or data"
+                log(f"not resuming from the checkpoints in {ckpt_dir}: they belong to another run of this job (other "
+                    f"{why}); removing {len(stale)} of them and starting from the beginning")
                 if _rank() == 0:
                     for old in stale:
                         shutil.rmtree(old, ignore_errors=True)

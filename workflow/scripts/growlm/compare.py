@@ -162,7 +162,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     offset = small_flops + growth_flops
 
     def metric(d: Path, key: str) -> float:
-        p = Path(str(d).replace("results/models/", "results/eval/", 1)) / "metrics.json"
+        p = Path(str(d).replace("/models/", "/eval/", 1)) / "metrics.json"  # results[/NAME]/eval/...
         return float(_metrics(p, levels["evaluate"]).get(key, math.nan))
 
     row = {

@@ -18,6 +18,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from growlm import hints
+
 
 class GrowlmError(Exception):
     """A user-facing problem: the message names the cause and what to do."""
@@ -25,16 +27,16 @@ class GrowlmError(Exception):
 
 def damaged(path: str | Path, reason: str) -> GrowlmError:
     """The error for a file a job reads that is not whole: it names the file, what is wrong, and the
-    one command that rebuilds it (Snakemake reruns the job that made it)."""
-    return GrowlmError(f"{path} is damaged ({reason}); rebuild it with `snakemake --cores 1 --force {path}`, "
-                       f"then run the workflow again")
+    one line that rebuilds it and continues: the user's own command with the file forced
+    (`growlm.hints.rebuild`; Snakemake reruns the job that made it), then the command as they ran it."""
+    return GrowlmError(f"{path} is damaged ({reason}); rebuild it and continue with `{hints.rebuild(path)}`")
 
 
 def read_json(path: str | Path) -> dict:
     """A JSON file a job reads: missing or broken is a one-line error naming it."""
     path = Path(path)
     if not path.is_file():
-        raise GrowlmError(f"{path} is missing; run the workflow to make it")
+        raise GrowlmError(f"{path} is missing; make it with `{hints.with_targets(hints.rebuild_target(path))}`")
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -52,6 +54,15 @@ def sha256(path: str | Path) -> str:
 def record_sha256(path: str | Path) -> None:
     """Write `<path>.sha256` beside a file a job wrote, for `check_recorded_sha256` in later jobs."""
     Path(f"{path}.sha256").write_text(sha256(path) + "\n")
+
+
+def digest(path: str | Path) -> str:
+    """A file's sha256: the one recorded when a job wrote it (`record_sha256`; the readers check the
+    file against it), else computed."""
+    record = Path(f"{path}.sha256")
+    if record.is_file():
+        return record.read_text().strip()
+    return sha256(path)
 
 
 def check_recorded_sha256(path: str | Path) -> None:

@@ -290,7 +290,7 @@ def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
     rows = []
     for f in plan_files:
         plan = read_json(f)
-        rows.append({"job": str(Path(f).parent).replace("results/models/", ""),
+        rows.append({"job": str(Path(f).parent).split("/models/", 1)[-1],
                      "strategy": plan["strategy"], "devices": plan["n_devices"], "device": plan["device_type"],
                      "global batch": plan["global_batch"], "micro-batch": plan["micro_batch_size"],
                      "accumulation": plan["grad_accum_steps"], "recomputation": plan["recompute"],
@@ -377,6 +377,6 @@ def write_summary(comparison_csv, description_rst, out_rst) -> None:
         lines += [prefix + sentence, ""]
     lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "
               "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. The table "
-              "under *Comparison* holds every number; ``results/eval/comparison.csv`` every column.", "",
+              f"under *Comparison* holds every number; ``{comparison_csv}`` every column.", "",
               "The experiment", "--------------", "", ""]
     Path(out_rst).write_text("\n".join(lines) + Path(description_rst).read_text())

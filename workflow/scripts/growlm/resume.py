@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
+
+from growlm.hints import snakemake_program
 
 
 def _snakemake_running_in(workdir: Path) -> bool:
@@ -32,11 +33,6 @@ def _snakemake_running_in(workdir: Path) -> bool:
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return False
-
-
-def snakemake_program(argv: list[str]) -> str:
-    """How Snakemake was started: its script (`.venv/bin/snakemake`) or `python -m snakemake`."""
-    return argv[0] if Path(argv[0]).name == "snakemake" else f"{sys.executable} -m snakemake"
 
 
 def interrupted_run_notice(workdir: str | Path, argv: list[str]) -> str | None:

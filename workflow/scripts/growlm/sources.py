@@ -38,6 +38,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
 from growlm.errors import GrowlmError, sha256
 
 # datasets' packaged builders by file suffix (after any compression suffix)
@@ -122,6 +125,33 @@ def settings_of(source: dict, corpus: dict) -> dict:
         "val_fraction": float(corpus["val_fraction"]),
         "test_fraction": float(corpus["test_fraction"]),
     }
+
+
+def hub_problem(source: dict) -> str | None:
+    """Why the Hub dataset of an `hf:` source cannot be read now, or None: asked of the Hub itself
+    (one request, ten seconds at most), so that a wrong id, a wrong revision or a machine without a
+    network stops the run before any job instead of a job retrying for half a minute. A source read
+    without streaming (`streaming: false`) that is in the local cache needs no network."""
+    repo, revision = source["hf"], source.get("revision")
+    if constants.HF_HUB_OFFLINE:
+        reason = "HF_HUB_OFFLINE is set"
+    else:
+        try:
+            HfApi().dataset_info(repo, revision=revision, timeout=10)
+            return None
+        except RevisionNotFoundError:
+            return f"the Hub dataset {repo!r} has no revision {revision!r}"
+        except RepositoryNotFoundError:
+            return (f"the Hub has no dataset {repo!r} (or it is private: log in with `hf auth login`); check the id "
+                    f"on huggingface.co/datasets")
+        except Exception as err:  # noqa: BLE001 - no network, a proxy, a time-out: all mean "cannot reach it"
+            reason = f"the Hugging Face Hub cannot be reached ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+    cached = Path(constants.HF_HUB_CACHE) / f"datasets--{repo.replace('/', '--')}"
+    if source.get("streaming") is False and cached.is_dir():
+        return None
+    how = ("a streamed source is read from the Hub" if source.get("streaming", True) else
+           f"the dataset is not in the local cache ({cached})")
+    return f"hf {repo!r}: {reason}, and {how}; connect to the network, or download it and give its folder as path"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from growlm import checkpoint
+from growlm import checkpoint, hints
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
@@ -281,10 +281,10 @@ def _nan_advice(ckpt_dir, cfg: TrainConfig) -> str:
     kept = sorted(Path(ckpt_dir).glob("step_*"))
     if not kept:
         return (f"No checkpoint was written before it (the first comes at step {cfg.checkpoint_every}). Lower the "
-                f"peak learning rate ({cfg.lr:g}) or check the data, then run the workflow again.")
+                f"peak learning rate ({cfg.lr:g}) or check the data, then run the workflow again (`{hints.again()}`).")
     return (f"The checkpoint of step {int(kept[-1].name.split('_')[1])} is kept in {ckpt_dir}, but a rerun with "
             f"the same settings resumes there and meets the same loss; lower the peak learning rate ({cfg.lr:g}) "
-            f"or tighten train.grad_clip, then run the workflow again (the job then starts over).")
+            f"or tighten train.grad_clip, then run the workflow again (`{hints.again()}`; the job then starts over).")
 
 
 def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarray, cfg: TrainConfig,
@@ -317,9 +317,10 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
     step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile_mode else model
     step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
 
-    # a checkpoint resumes only this run: same settings (the memory plan aside) and initial weights
-    run_id = checkpoint.fingerprint(model, cfg.run_settings())
-    state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, fingerprint=run_id)
+    # a checkpoint resumes only this run: same settings (the memory plan aside), initial weights and data
+    identity = checkpoint.run_identity(model, cfg.run_settings(), cfg.inputs)
+    run_id = checkpoint.fingerprint(identity)
+    state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, identity=identity)
     if state is None:
         state = {"step": 0, "wall_s": 0.0, "rows": [], "running": None}
         if cfg.init_moments:
@@ -433,14 +434,14 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 _write_ledger(ledger_path, rows)
                 checkpoint.save_checkpoint(ckpt_dir, done, model, optimizer,
                                            {"step": done, "wall_s": wall(), "rows": rows, "running": running,
-                                            "fingerprint": run_id})
+                                            "fingerprint": run_id, "identity": identity})
             profiler_step()
             if step_callback is not None:
                 step_callback(done)
             if stopping:
                 name = signal.Signals(stop.signal).name if stop.signal else "a stop request on another rank"
                 log(f"{name} after step {done}/{cfg.steps}: checkpoint written to {ckpt_dir}; exiting with status "
-                    f"{PREEMPTED_EXIT}. Run the workflow again (the same snakemake command) to continue from it.")
+                    f"{PREEMPTED_EXIT}. Run the workflow again to continue from it: `{hints.again()}`")
                 sys.exit(PREEMPTED_EXIT)
     _write_ledger(ledger_path, rows)
     if cfg.save_moments and rank == 0:

@@ -13,7 +13,11 @@ Two groups of fields:
   recomputation and distribution strategy, `torch.compile`, how often the losses are read on the
   host, the MFU peak. A run resumed under
   another plan (after an out-of-memory error) is the same run, so these are left out of the
-  checkpoint fingerprint (`run_settings`).
+  checkpoint fingerprint (`run_settings`);
+* what the job found on disk (`inputs`): the sha256 of every file the run reads (its token files,
+  the tokenizer, carried moments, teachers...), set by the job. They are part of the checkpoint's
+  identity (`growlm.checkpoint.run_identity`), so a checkpoint made with other data is never
+  resumed, but not of the rule's params (`run_settings`): Snakemake tracks those files itself.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class TrainConfig:
     compile: bool | str = False  # torch.compile the training steps: False, True ("default") or a mode
     sync_every: int = 0  # read the training losses on the host every k steps (0: automatic, see sync_interval)
     peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
+    # what the job found on disk: {what: sha256} of the files the run reads (part of the checkpoint's identity)
+    inputs: dict | None = None
 
     HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "sync_every", "peak_flops",
                   "save_moments")
@@ -113,8 +119,9 @@ class TrainConfig:
         return cls.from_dict(json.loads(text), **overrides)
 
     def run_settings(self) -> dict:
-        """The settings that make a run what it is (the checkpoint fingerprint's input)."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.HOW_FIELDS}
+        """The settings that make a run what it is (a rule's params; with `inputs`, the checkpoint's
+        identity)."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.HOW_FIELDS and k != "inputs"}
 
     def with_(self, **changes) -> "TrainConfig":
         return replace(self, **changes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -9,6 +10,13 @@ from pathlib import Path
 def log(msg: str) -> None:
     """One timestamped line on stdout (the job's log file)."""
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    """A warning in the job's log and in the terminal where Snakemake runs (a legal but surprising
+    value should not hide in a log file)."""
+    log(f"warning: {msg}")
+    print(f"growlm: warning: {msg}", file=sys.__stderr__, flush=True)
 
 
 def checkpoint_dir_for(model_dir: str | Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from growlm.jobs.common import log
+from growlm.jobs.common import log, warn
 from growlm.tokenizer import fit_tokenizer as fit, load_tokenizer
 from growlm.errors import read_json
 from growlm.tokens import concat_token_files, encode_file
@@ -13,7 +13,12 @@ from growlm.tokens import concat_token_files, encode_file
 def fit_tokenizer(train_files: list[str], out_dir: str | Path, *, vocab_size: int, min_frequency: int,
                   max_length: int) -> None:
     tok = fit(train_files, out_dir, vocab_size=vocab_size, min_frequency=min_frequency, max_length=max_length)
-    log(f"tokenizer: {tok.get_vocab_size(with_added_tokens=True)} tokens")
+    got = tok.get_vocab_size(with_added_tokens=True)
+    log(f"tokenizer: {got} tokens")
+    if got < 0.9 * vocab_size:  # BPE ran out of pairs seen min_frequency times: the corpus is too small for it
+        warn(f"tokenizer.vocab_size = {vocab_size}: the corpus gives only {got} tokens (no more pairs occur "
+             f"{min_frequency} times, tokenizer.min_frequency); every model uses {got}. Ask for at most {got} to "
+             f"say what you get, or give more text")
 
 
 def encode_split(text_file: str | Path, tokenizer_dir: str | Path, out_file: str | Path, *, stats_file: str | Path,

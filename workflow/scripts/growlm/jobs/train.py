@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 
 from growlm.devices import choose_device
-from growlm.errors import GrowlmError, read_json
+from growlm import checkpoint, hints
+from growlm.errors import GrowlmError, digest, read_json
 from growlm.growth import load_grown
-from growlm.jobs.common import checkpoint_dir_for, log
+from growlm.jobs.common import checkpoint_dir_for, log, warn
 from growlm.model import build_model, load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.runner import run_torchrun, run_training
@@ -45,7 +46,40 @@ def _save(model, summary: dict, plan_path: Path, *, out_dir: Path, ckpt: Path, t
     save_model(model, out_dir, tokenizer_dir=tokenizer_dir, extra={**info, "train": summary})
     shutil.copy(ckpt / "ledger.csv", out_dir / "ledger.csv")
     shutil.copy(plan_path, out_dir / "plan.json")
+    checkpoint.remove_finished(ckpt)
     log(f"saved {out_dir}; final val loss {summary['final_val_loss']}")
+
+
+def identify_inputs(cfg: TrainConfig, *, train_file, val_file, tokenizer_dir, shard=None) -> None:
+    """Set `cfg.inputs`: the sha256 of every file the run reads and the part of the data it takes,
+    so that its checkpoints resume only a run with the same data (`growlm.checkpoint.run_identity`):
+    after the corpus, the tokenizer, the levels or `members.data` changed, a rerun starts over."""
+    inputs = {"training tokens": digest(train_file), "validation tokens": digest(val_file),
+              "tokenizer": digest(Path(tokenizer_dir) / "tokenizer.json"),
+              "part of the training tokens": json.dumps(shard, sort_keys=True)}
+    if cfg.init_moments:
+        inputs["carried moments"] = digest(cfg.init_moments)
+    for i, teacher in enumerate(cfg.teachers or []):
+        inputs[f"teacher {i + 1}"] = digest(Path(teacher) / "model.safetensors")
+    if cfg.freeze_masks:
+        inputs["frozen entries"] = digest(cfg.freeze_masks)
+    cfg.inputs = inputs
+
+
+def _members_part(train_tokens, shard, context: int, budget: int):
+    """The member's part of the members' text: checked against one training window, named by the
+    setting that made it (a warning in the terminal when the budget reads it very often)."""
+    what = ("cluster of books" if isinstance(shard, dict) else "shard") if shard is not None else None
+    if what is None:
+        return
+    count = shard["count"] if isinstance(shard, dict) else shard[1]
+    if train_tokens.size < context + 1:
+        raise GrowlmError(f"members.shards = {count}: this member's {what} holds {train_tokens.size} tokens, fewer "
+                          f"than one training window of {context + 1} (model.context + 1); use fewer shards")
+    epochs = budget / train_tokens.size
+    if epochs > 20:
+        warn(f"members.shards = {count}: this member's {what} holds {train_tokens.size} tokens, so its budget of "
+             f"{budget} tokens reads it {epochs:.0f} times")
 
 
 def train_and_save(model, cfg: TrainConfig, *, train_file, val_file, out_dir, tokenizer_dir, info: dict,
@@ -59,6 +93,8 @@ def train_and_save(model, cfg: TrainConfig, *, train_file, val_file, out_dir, to
             f"{', '.join(book_clusters(token_sources(train_file), shard['count'])[shard['index']])}")
     elif shard is not None:
         train_tokens = take_shard(train_tokens, *shard)
+    _members_part(train_tokens, shard, cfg.context, cfg.tokens)
+    identify_inputs(cfg, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir, shard=shard)
     out_dir = Path(out_dir)
     ckpt = checkpoint_dir_for(out_dir)
     log(f"training {info.get('role')} ({sum(p.numel() for p in model.parameters())} parameters) for "
@@ -76,6 +112,8 @@ def train_under_torchrun(nproc: int, *, cfg: TrainConfig, out_dir, info: dict, *
     then this job adds its own record to the model's growlm.json and copies the plan beside it, as
     a one-process job does."""
     out_dir = Path(out_dir)
+    identify_inputs(cfg, train_file=launch["train_file"], val_file=launch["val_file"],
+                    tokenizer_dir=launch["tokenizer_dir"])
     log(f"training {info.get('role')} for {cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens in {nproc} "
         f"processes; checkpoints in {checkpoint_dir_for(out_dir)}")
     summary, plan_path = run_torchrun(nproc, cfg=cfg, ckpt_dir=checkpoint_dir_for(out_dir), out_dir=out_dir, log=log,
@@ -84,6 +122,7 @@ def train_under_torchrun(nproc: int, *, cfg: TrainConfig, out_dir, info: dict, *
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     meta_path.write_text(json.dumps({**meta, **info, "processes": nproc, "train": summary}, indent=2, default=str))
     shutil.copy(plan_path, out_dir / "plan.json")
+    checkpoint.remove_finished(checkpoint_dir_for(out_dir))
     log(f"saved {out_dir}; final val loss {summary.get('final_val_loss')}")
     return summary
 
@@ -125,7 +164,8 @@ def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
     want = (spec["n_embd"], spec["n_layer"], spec["vocab_size"])
     if (c.n_embd, c.n_layer, c.vocab_size) != want:
         raise GrowlmError(f"the trunk {trunk_dir} has width {c.n_embd}, depth {c.n_layer}, vocabulary {c.vocab_size}, "
-                          f"not the member's {want}; delete it and run the workflow again")
+                          f"not the member's {want}; rebuild it and continue with "
+                          f"`{hints.rebuild(Path(trunk_dir) / 'model.safetensors')}`")
     return model
 
 
@@ -148,7 +188,7 @@ def apply_refine_operators(cfg: TrainConfig, refine_with: dict | None, growth: d
         masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
         if not masks.is_file():
             raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
-                              f"delete {grown_dir} and run the workflow again")
+                              f"rebuild it and continue with `{hints.rebuild(masks)}`")
         cfg.freeze_masks, cfg.freeze_steps = str(masks), min(int(refine_with["freeze"]["freeze_steps"]), cfg.steps)
         log(f"freeze: inherited weights held for {cfg.freeze_steps} steps")
     return refine_with

@@ -1,0 +1,151 @@
+"""An experiment's results folder: where it lives, what made it, and whether what it holds is whole.
+
+* **One folder per experiment.** `experiment: NAME` in the config; the default experiment
+  (`default`) writes to `results/` as it always has, any other to `results/NAME/`, so the shipped
+  overlays (`config/gpu.yaml` names itself `gpu`, ...) and a user's own write beside the default
+  experiment, never over it. A name may not be one of the folders the default experiment writes
+  directly under `results/` (`TOP_LEVEL`).
+* **What made it.** A finished run records the experiment's settings in `<folder>/experiment.json`
+  (`record`). When a later run of the same name changes settings that are not sweep values (a
+  corpus setting, the tokenizer, a training stage), it rebuilds the folder in place; `drift` names
+  those settings so that the run can say so in the terminal, with the way to keep both.
+* **Whether it is whole**, checked while the Snakefile is parsed, before any job: every file a job
+  recorded a sha256 for (token files, model weights, grown models) must still match it, and the
+  tokenizer and growth records must still parse (`damaged_files`). A damaged input found by a job
+  would come too late: Snakemake deletes the outputs of a job it reruns before the job starts, so a
+  finished model whose input was altered would be gone before the job noticed. Digests are cached by
+  (size, modification time), so an unchanged file is hashed once.
+
+Torch-free (the Snakefile imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from growlm.errors import sha256
+
+DEFAULT = "default"
+# what the default experiment writes directly under results/: no other experiment may take these names
+TOP_LEVEL = ("models", "checkpoints", "eval", "corpus", "tokens", "tokenizer", "report", "logs", "benchmarks",
+             "profile", "plugins", "downloads", "live", "tasks")
+RECORD = "experiment.json"
+CACHE = ".growlm/verified.json"
+# config keys that pick combinations of one experiment (a sweep) or say how jobs run, not what they compute
+SWEEP_AND_HOW = ("d0", "L0", "d1", "L1", "n", "n_members", "methods", "seeds", "budgets", "lrs", "experiment",
+                 "resources", "profile")
+HOW_KEYS = {"train": ("threads", "compile", "sync_every"), "corpus": ("threads",)}
+
+
+def results_dir(name: str) -> str:
+    """The experiment's folder, relative to the working folder."""
+    return "results" if name == DEFAULT else f"results/{name}"
+
+
+def name_problems(name: str) -> list[str]:
+    if name != DEFAULT and name in TOP_LEVEL:
+        return [f"experiment = {name!r}: the default experiment keeps its {name}/ folder directly under results/; "
+                f"choose another name (e.g. {name}_run)"]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------
+# what made it
+# ----------------------------------------------------------------------------------------------
+
+def identity(config: dict) -> dict:
+    """The settings that make an experiment what it is: everything but its sweep values and how its
+    jobs run."""
+    out = {k: v for k, v in config.items() if k not in SWEEP_AND_HOW}
+    for section, keys in HOW_KEYS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
+def _differences(old, new, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return [d for k in keys for d in _differences(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else k)]
+    return [] if old == new else [prefix or "(the config)"]
+
+
+def record(folder: str | Path, config: dict, configfiles: list[str]) -> None:
+    """Write what made this folder's results (after a successful run)."""
+    path = Path(folder) / RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"experiment": config.get("experiment", DEFAULT), "configfiles": [str(f) for f in configfiles],
+                                "settings": identity(config)}, indent=1, sort_keys=True))
+
+
+def drift(folder: str | Path, config: dict) -> tuple[list[str], list[str]]:
+    """(the settings that differ from those that made the folder's results, the config files that made
+    them); nothing when the folder holds no finished run."""
+    path = Path(folder) / RECORD
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return [], []
+    return _differences(old.get("settings"), identity(config)), old.get("configfiles", [])
+
+
+# ----------------------------------------------------------------------------------------------
+# whether it is whole
+# ----------------------------------------------------------------------------------------------
+
+def _cached_digest(path: Path, cache: dict) -> str:
+    st = path.stat()
+    key, stamp = str(path), [st.st_size, st.st_mtime_ns]
+    hit = cache.get(key)
+    if hit and hit[:2] == stamp:
+        return hit[2]
+    digest = sha256(path)
+    cache[key] = [*stamp, digest]
+    return digest
+
+
+def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
+    """[(file, what is wrong)] for the experiment's recorded files that are no longer what was written
+    (a sha256 that differs from the one recorded beside the file) and its tokenizer and growth records
+    that no longer parse. A recorded file that is gone is not damaged but missing (`missing`)."""
+    folder = Path(folder)
+    cache_path = folder / CACHE
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    problems = []
+    for sub in ("tokens", "tokenizer", "models"):
+        base = folder / sub
+        if not base.is_dir():
+            continue
+        for rec in sorted(base.rglob("*.sha256")):
+            path = rec.with_suffix("")
+            if not path.is_file():
+                continue
+            try:
+                if _cached_digest(path, cache) != rec.read_text().strip():
+                    problems.append((str(path), "its content differs from the sha256 recorded when it was written"))
+            except OSError as err:
+                problems.append((str(path), f"unreadable: {err}"))
+        for name in ("tokenizer.json", "growth.json"):
+            for path in sorted(base.rglob(name)):
+                try:
+                    json.loads(path.read_text())
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+                    problems.append((str(path), f"not valid JSON: {err}"))
+    if cache:
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, cache_path)
+        except OSError:
+            pass
+    return problems
+
+
+def missing(paths) -> list[str]:
+    return [str(p) for p in paths if not os.path.exists(p)]
