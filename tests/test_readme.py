@@ -57,10 +57,11 @@ def setup_and_test(command: str, wd: Path, tiny_run: Path) -> None:
 
 
 def follow_logs(command: str, wd: Path, tiny_run: Path) -> None:
-    """`tail -f` of the training logs: every pattern names logs a real run writes."""
+    """`tail -f` of the training logs: every pattern names logs a real run writes (the README's command is
+    the default experiment's, in results/; the tiny run's are in results/tiny/)."""
     patterns = shlex.split(command)[2:]
     for pattern in patterns:
-        found = glob.glob(str(tiny_run / pattern))
+        found = glob.glob(str(tiny_run / pattern.replace("results/", "results/tiny/", 1)))
         assert found, f"{pattern} matches no log of the tiny run"
         assert any("] step " in Path(f).read_text() for f in found)
 
