@@ -84,7 +84,7 @@ def test_msg_members_is_exactly_m1_at_step_0_and_holds_every_member(n, cross):
     ref = grow(ms[:1], "msg", n_embd=16 * n, n_layer=4, seed=3, ramp_steps=10)
     assert all(torch.equal(a, b) for a, b in zip(solo.parameters(), ref.parameters()))
     # member j sits in the j-th block of coordinates of every old block (interleave: blocks 0 and 2)
-    W, f0 = unpack(g.gpt2), 64
+    W, f0 = unpack(g.inner), 64
     for j, m in enumerate(ms):
         M, r, f = unpack(m), slice(16 * j, 16 * (j + 1)), slice(f0 * j, f0 * (j + 1))
         assert torch.equal(W["wte"][:, r], M["wte"])
@@ -208,10 +208,10 @@ def test_freeze_holds_exactly_the_inherited_entries(tmp_path):
     ms = members(1, dtype=torch.float32)
     grown = grow(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2, seed=1)
     masks = inherited_masks(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2, seed=1)
-    q = masks["gpt2.transformer.h.0.attn.c_attn.weight"]
+    q = masks["inner.transformer.h.0.attn.c_attn.weight"]
     assert q[:16, :16].all() and not q[16:, :].any() and not q[:, 16:32].any()  # m_1's q block only
-    assert not masks["gpt2.transformer.h.1.attn.c_attn.weight"].any()  # a new block
-    assert masks["gpt2.transformer.wte.weight"][:, :16].all() and not masks["gpt2.transformer.wte.weight"][:, 16:].any()
+    assert not masks["inner.transformer.h.1.attn.c_attn.weight"].any()  # a new block
+    assert masks["inner.transformer.wte.weight"][:, :16].all() and not masks["inner.transformer.wte.weight"][:, 16:].any()
     from safetensors.torch import save_file
 
     save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(tmp_path / "inherited.safetensors"))

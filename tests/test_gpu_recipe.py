@@ -232,7 +232,7 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path):
 
 @pytest.fixture(scope="module")
 def grown(tmp_path_factory):
-    """A tokenizer, a token file and an msg-grown model (a GrownGPT2 with masks) with its growth.json."""
+    """A tokenizer, a token file and an msg-grown model (a GrownModel with masks) with its growth.json."""
     from growlm.growth import grow, save_grown
     from growlm.model import build_model
     from growlm.tokenizer import fit_tokenizer, vocab_size

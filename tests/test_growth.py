@@ -1,5 +1,5 @@
 """Tests of growlm.growth: exactness of the function-preserving operators (float64), symmetry
-breaking, the growth-mask protocol (growth_step / ramp_done / to_gpt2), saving and reloading, and
+breaking, the growth-mask protocol (growth_step / ramp_done / to_plain), saving and reloading, and
 the errors of bad requests."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
-from growlm.growth import GrownGPT2, grow, load_grown, options_of, save_grown
+from growlm.growth import GrownModel, grow, load_grown, options_of, save_grown
 from growlm.growth.registry import IMPLEMENTATIONS, implements, signature_options
 from growlm.methods import METHODS, OPERATORS
 from growlm.model import build_model
@@ -79,7 +79,7 @@ def test_exact_single_source(method, d0, d1, L0, L1, hd, opts, tied):
     assert grown.config.n_embd == d1 and grown.config.n_layer == L1
     assert grown.config.n_embd // grown.config.n_head == hd  # head size kept
     assert max_err(logits(grown, x), logits(src, x)) < TOL
-    core = grown.gpt2 if isinstance(grown, GrownGPT2) else grown
+    core = grown.inner if isinstance(grown, GrownModel) else grown
     assert (core.lm_head.weight is core.transformer.wte.weight) == tied
 
 
@@ -114,13 +114,13 @@ def test_concat_is_logit_average(n, d0, L0, chain, d1, L1, opts, tied):
     members = [member(10 + i, d0, L0, tied=tied) for i in range(n)]
     x = tokens(1)
     grown = grow(members, chain, n_embd=d1, n_layer=L1, seed=0, **opts)
-    assert isinstance(grown, GrownGPT2)
+    assert isinstance(grown, GrownModel)
     assert (grown.config.n_embd, grown.config.n_layer) == (d1, L1)
     avg = torch.stack([logits(m, x) for m in members]).mean(0)
     assert max_err(logits(grown, x), avg) < TOL
     # ... and not equal to any single member nor to full-width LN (the grouping matters)
     assert max_err(logits(grown, x), logits(members[0], x)) > 1e-2
-    assert max_err(logits(grown.gpt2, x), avg) > 1e-4
+    assert max_err(logits(grown.inner, x), avg) > 1e-4
 
 
 def test_concat_noise_cross_is_close_but_not_exact():
@@ -174,7 +174,7 @@ def test_concat_members_are_not_copies():
     grown = grow(members, "concat", n_embd=32, n_layer=1)
     _one_adamw_step(grown)
     with torch.no_grad():
-        assert _copy_gap(grown.gpt2, 16) > 1e-2
+        assert _copy_gap(grown.inner, 16) > 1e-2
 
 
 # ------------------------------------------------------------------------------------------------
@@ -192,14 +192,14 @@ def test_ramp_protocol_and_reload(kind, tmp_path):
         grown = grow(members, "concat", n_embd=32, n_layer=1, cross="random", ramp_steps=4, ln_ramp_steps=3)
         ref = torch.stack([logits(m, tokens()) for m in members]).mean(0)
     x = tokens()
-    assert isinstance(grown, GrownGPT2) and not grown.ramp_done
+    assert isinstance(grown, GrownModel) and not grown.ramp_done
     with pytest.raises(GrowlmError, match="ramp"):
-        grown.to_gpt2()
+        grown.to_plain()
     # save / load at step 0: same function
     save_grown(grown, tmp_path / "g0")
     assert not (tmp_path / "g0" / "config.json").exists()
     again = load_grown(tmp_path / "g0")
-    assert isinstance(again, GrownGPT2)
+    assert isinstance(again, GrownModel)
     assert max_err(logits(again, x), ref) < TOL
     # training through the ramp: finite losses, the function changes along the ramp
     opt = torch.optim.AdamW(grown.parameters(), lr=1e-3)
@@ -218,10 +218,10 @@ def test_ramp_protocol_and_reload(kind, tmp_path):
     grown.growth_step(5)
     assert grown.ramp_done
     grown.eval()
-    # at the end of the ramp the masked computation is exactly the inner GPT-2
+    # at the end of the ramp the masked computation is exactly the inner model
     with torch.no_grad():
-        assert max_err(grown.masked_forward(x).logits, logits(grown.gpt2, x)) < 1e-10
-    plain = grown.to_gpt2()
+        assert max_err(grown.masked_forward(x).logits, logits(grown.inner, x)) < 1e-10
+    plain = grown.to_plain()
     assert type(plain) is GPT2LMHeadModel
     plain.save_pretrained(tmp_path / "plain")
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "plain", dtype=torch.float64)

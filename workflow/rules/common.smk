@@ -331,6 +331,9 @@ def check_plugin_operators():
                     L1=int(L1),
                     head_dim=config["model"]["head_dim"],
                     tied=config["model"]["tie_embeddings"],
+                    model={
+                        k: v for k, v in model_settings(config, n_embd=d0, n_layer=L0).items() if k != "n_positions"
+                    },
                     options=grow_settings(config, method_id(m))["options"],
                 )
             )

@@ -18,9 +18,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
-from transformers import GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
+from growlm.families import family_of
 from growlm.model import save_model
 
 
@@ -78,9 +78,11 @@ def wrap_model(model: torch.nn.Module, plan=None, *, device: str = "cpu") -> tor
             model._growlm_cpu_offload = True  # train() must not move it to the GPU
         else:
             model.to(device)
-        blocks = getattr(getattr(model, "transformer", None), "h", None)
-        if blocks is None:
-            raise GrowlmError(f"FSDP2 wrapping needs a GPT-2 (`transformer.h` blocks); got {type(model).__name__}")
+        try:
+            blocks = family_of(model).blocks(model)
+        except (GrowlmError, AttributeError):
+            raise GrowlmError(f"FSDP2 wrapping needs a plain GPT-2 or Llama model (its blocks are sharded); got "
+                              f"{type(model).__name__}") from None
         for block in blocks:
             fully_shard(block, **kw)
         fully_shard(model, **kw)
@@ -94,7 +96,7 @@ def save_full_model(model: torch.nn.Module, out_dir, **kwargs) -> None:
     if isinstance(core, FSDPModule):
         state = get_model_state_dict(core, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if is_rank0():
-            plain = GPT2LMHeadModel(core.config)
+            plain = family_of(core).model_class(core.config)
             plain.load_state_dict(state, strict=False)
             plain.tie_weights()
             save_model(plain, out_dir, **kwargs)

@@ -95,12 +95,22 @@ def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = 
     return train_config(config, stage, seed=seed, tokens=tokens, lr=lr).run_settings()
 
 
+FAMILY_DEFAULTS = {"llama": {"heads_per_kv": 2, "mlp_ratio": 3, "attention_bias": False}}
+
+
 def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
     """Keyword arguments of `growlm.model.build_model` for a model of this experiment (the vocabulary
-    size comes from the tokenizer when the job runs)."""
+    size comes from the tokenizer when the job runs). A GPT-2 experiment's are what they were before
+    the Llama family (no family key), so that its jobs' params, and so its results, stay as they are."""
     m = config["model"]
-    return dict(n_embd=int(n_embd), n_layer=int(n_layer), n_positions=m["context"], head_dim=m["head_dim"],
-                tie_word_embeddings=m["tie_embeddings"])
+    out = dict(n_embd=int(n_embd), n_layer=int(n_layer), n_positions=m["context"], head_dim=m["head_dim"],
+               tie_word_embeddings=m["tie_embeddings"])
+    family = m.get("family", "gpt2")
+    if family != "gpt2":
+        out["family"] = family
+        for key, default in FAMILY_DEFAULTS[family].items():
+            out[key] = m.get(key) if m.get(key) is not None else default
+    return out
 
 
 def member_seed(seed: int, member: int) -> int:

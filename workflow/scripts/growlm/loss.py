@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import GPT2LMHeadModel
+from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from growlm.data import eval_batches
 
@@ -62,9 +62,11 @@ class FusedHeadCrossEntropy(torch.autograd.Function):
 
 
 def fused_loss_applies(model: torch.nn.Module, x: torch.Tensor) -> bool:
-    """A plain GPT2LMHeadModel (not DDP/FSDP/compiled/grown) in fp32 on the CPU, no autocast."""
-    return (type(model) is GPT2LMHeadModel and x.device.type == "cpu" and model.lm_head.bias is None
-            and model.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
+    """A plain GPT2LMHeadModel or LlamaForCausalLM (not DDP/FSDP/compiled/grown) in fp32 on the CPU,
+    no autocast."""
+    return (type(model) in (GPT2LMHeadModel, LlamaForCausalLM) and x.device.type == "cpu"
+            and model.lm_head.bias is None and model.lm_head.weight.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
@@ -72,10 +74,10 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
     """Mean next-token cross entropy and the logits.
 
     With `logits=False` (the training loop) the logits are not returned (None), which lets a plain
-    GPT2LMHeadModel on the CPU compute the head and the loss together (`FusedHeadCrossEntropy`).
+    model on the CPU compute the head and the loss together (`FusedHeadCrossEntropy`).
     """
     if not logits and fused_loss_applies(model, x):
-        h = model.transformer(input_ids=x).last_hidden_state
+        h = model.base_model(input_ids=x).last_hidden_state  # the decoder without its head
         h = h.reshape(-1, h.size(-1))
         chunk = max(64, (1 << 20) // model.lm_head.weight.shape[0])  # ~4 MB of logits per chunk
         return FusedHeadCrossEntropy.apply(h, model.lm_head.weight, y.reshape(-1), chunk), None

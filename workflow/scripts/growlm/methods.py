@@ -74,6 +74,10 @@ def check_heads(s: ModelShape, n_embd: int, n_head: int | None, what: str) -> in
     if n_head is not None and n_head != h1:
         raise GrowlmError(f"{what}: n_head={n_head} would change the head size {s.dh}; "
                           f"this operator keeps it (n_head={h1} for width {n_embd})")
+    if h1 % s.r:  # grouped-query attention: heads are grown in whole groups sharing a key/value head
+        step = s.dh * s.r
+        raise GrowlmError(f"{what}: width {n_embd} gives {h1} heads, not whole groups of {s.r} query heads per "
+                          f"key/value head; use a width that is a multiple of {step} (head size x {s.r})")
     return h1
 
 

@@ -1,10 +1,12 @@
-"""Building, saving and loading the GPT-2 models every stage uses (Hugging Face `transformers`).
+"""Building, saving and loading the models every stage uses (Hugging Face `transformers`).
 
-All models of one experiment share the tokenizer (so the vocabulary), the context length and the
-head size; they differ in width `n_embd` and depth `n_layer`. Defaults follow what is fast on a
-CPU: `gelu` (not `gelu_new`), no dropout, SDPA attention. `enable_recompute` switches on activation
-recomputation for some blocks (the memory plan's choice); `LogitEnsemble` is the members' untrained
-logit average, the control that tells what the members know before any growth.
+All models of one experiment share the family (`model.family`: GPT-2 or Llama, `growlm.families`),
+the tokenizer (so the vocabulary), the context length and the head size; they differ in width
+`n_embd` and depth `n_layer`. GPT-2's defaults follow what is fast on a CPU: `gelu` (not
+`gelu_new`), no dropout, SDPA attention; Llama's are transformers' own (SiLU, RMSNorm eps 1e-5,
+rotary base 10000) with SDPA. `enable_recompute` switches on activation recomputation for some
+blocks (the memory plan's choice); `LogitEnsemble` is the members' untrained logit average, the
+control that tells what the members know before any growth.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, record_sha256
+from growlm.families import build, family_of
 from growlm.shape import ModelShape
 from growlm.tokenizer import copy_tokenizer
 
@@ -68,13 +71,23 @@ def gpt2_config_of(shape: ModelShape) -> GPT2Config:
                        tie_word_embeddings=shape.tie_word_embeddings)
 
 
-def build_model(seed: int = 0, **config_kwargs) -> GPT2LMHeadModel:
-    """A freshly initialised GPT2LMHeadModel; the same seed gives the same weights."""
-    config = gpt2_config(**config_kwargs)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config)
-    return model
+def build_model(seed: int = 0, *, family: str = "gpt2", like: str | Path | None = None, **config_kwargs):
+    """A freshly initialised model; the same seed gives the same weights. `config_kwargs` are
+    `growlm.experiment.model_settings` (width, depth, head size, ...) and the vocabulary size.
+    `like`: a model folder (a pretrained member) whose config, resized, the new model takes
+    (its family, activation, norm epsilon, rotary base...)."""
+    if like is not None:
+        template = AutoConfig.from_pretrained(like)
+        shape = ModelShape.of(template)
+        s = ModelShape.of({**config_kwargs, "family": shape.family})
+        config = family_of(template).resized(template, n_embd=s.d, n_layer=s.L, n_head=s.d // shape.dh)
+        return family_of(config).build(config, seed)
+    if family == "gpt2":  # growlm's GPT-2 (gpt2_config), exactly as it has always been built
+        config = gpt2_config(**{k: v for k, v in config_kwargs.items() if k not in ("heads_per_kv", "mlp_ratio")})
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return GPT2LMHeadModel(config)
+    return build(ModelShape.of({**config_kwargs, "family": family}), seed)
 
 
 def n_params(model: torch.nn.Module, *, non_embedding: bool = False) -> int:
@@ -84,11 +97,12 @@ def n_params(model: torch.nn.Module, *, non_embedding: bool = False) -> int:
         seen[id(p)] = (name, p.numel())
     total = sum(n for _, n in seen.values())
     if non_embedding:
-        total -= sum(n for name, n in seen.values() if name.endswith(("wte.weight", "wpe.weight")))
+        total -= sum(n for name, n in seen.values() if name.endswith(("wte.weight", "wpe.weight",
+                                                                       "embed_tokens.weight")))
     return total
 
 
-def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: str | Path | None = None,
+def save_model(model, out_dir: str | Path, *, tokenizer_dir: str | Path | None = None,
                extra: dict | None = None) -> None:
     """`save_pretrained` (safetensors) plus the shared tokenizer and an optional growlm.json."""
     out_dir = Path(out_dir)
@@ -101,7 +115,7 @@ def save_model(model: GPT2LMHeadModel, out_dir: str | Path, *, tokenizer_dir: st
         (out_dir / "growlm.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
 
 
-def load_model(model_dir: str | Path) -> GPT2LMHeadModel:
+def load_model(model_dir: str | Path):
     """Load a saved model with `AutoModelForCausalLM`, checked against the sha256 recorded when it
     was saved; a missing or damaged file is a one-line error naming it."""
     model_dir = Path(model_dir)
@@ -122,8 +136,8 @@ def enable_recompute(model: torch.nn.Module, every: int = 1) -> None:
     """Activation recomputation (non-reentrant checkpointing) on blocks 0, k, 2k, ... (k = `every`;
     1: all, 0: none): those blocks keep only their input and recompute the rest in the backward.
 
-    HF GPT-2 blocks are `GradientCheckpointingLayer`s with a `gradient_checkpointing` flag each;
-    enabling it on the model sets them all, after which the blocks not chosen are switched off."""
+    HF GPT-2 and Llama blocks are `GradientCheckpointingLayer`s with a `gradient_checkpointing` flag
+    each; enabling it on the model sets them all, after which the blocks not chosen are switched off."""
     core = getattr(model, "module", model)
     if every <= 0:
         return
@@ -132,8 +146,8 @@ def enable_recompute(model: torch.nn.Module, every: int = 1) -> None:
         core.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         core.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    blocks = getattr(getattr(core, "transformer", None), "h", None)
-    if blocks is not None and every > 1:
+    blocks = family_of(core).blocks(core)
+    if every > 1:
         for i, block in enumerate(blocks):
             if hasattr(block, "gradient_checkpointing"):
                 block.gradient_checkpointing = i % every == 0

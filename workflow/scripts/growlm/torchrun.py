@@ -13,8 +13,8 @@ full, unwrapped state dict, so that a checkpoint loads under any strategy or non
 model. The ledger's FLOPs count the global batch. Without a plan, several processes use DDP.
 
 A refinement starts from a grown model (`--grown-model`: what `growlm.growth.save_grown` wrote, a
-plain GPT-2 or a `GrownGPT2` with growth masks, whose ramp lengths `--ramps` sets as the in-process
-refinement does); a `GrownGPT2` trains under DDP (FSDP2 shards plain GPT-2 blocks only) and is saved
+plain model or a `GrownModel` with growth masks, whose ramp lengths `--ramps` sets as the in-process
+refinement does); a `GrownModel` trains under DDP (FSDP2 shards plain models' blocks only) and is saved
 as the plain GPT-2 it has become once its ramps are done.
 
 If a process runs out of CUDA memory, it writes the next smaller plan (`next_smaller`) over `--plan`
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 os._exit(1)  # the other ranks wait in collectives: torchrun stops them
             if args.out_dir:
                 core = getattr(model, "module", model)
-                if hasattr(core, "to_gpt2"):  # a grown model with growth masks: a plain GPT-2 by now
-                    model = core.to_gpt2()
+                if hasattr(core, "to_plain"):  # a grown model with growth masks: a plain model by now
+                    model = core.to_plain()
                 save_full_model(model, args.out_dir, tokenizer_dir=args.tokenizer_dir,
                                 extra={"train": summary, "plan": asdict(plan) if plan else None, "world": world})
                 if rank == 0:

@@ -34,7 +34,7 @@ from growlm import checkpoint, hints
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
-from growlm.flops import forward_flops_per_token, model_train_flops_per_token
+from growlm.flops import model_forward_flops_per_token, model_train_flops_per_token
 from growlm.loss import distill_loss, evaluate, lm_loss
 from growlm.model import enable_recompute, load_model
 from growlm.optim_state import apply_moments, save_moments
@@ -209,10 +209,7 @@ class _Teachers:
         for m in self.models:
             m.requires_grad_(False)
         self.cfg = cfg
-        self.flops_per_token = sum(
-            forward_flops_per_token(n_embd=m.config.n_embd, n_layer=m.config.n_layer, vocab_size=m.config.vocab_size,
-                                    context=cfg.context, n_inner=getattr(m.config, "n_inner", None))
-            for m in self.models)
+        self.flops_per_token = sum(model_forward_flops_per_token(m.config, cfg.context) for m in self.models)
 
     def weight(self, step: int) -> float:
         if step >= self.cfg.teach_steps:

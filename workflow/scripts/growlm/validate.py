@@ -29,7 +29,8 @@ import numpy as np
 import yaml
 
 from growlm.errors import GrowlmError
-from growlm.experiment import arm_levels, level_dir, normalise_sweep, refine_steps, trunk_tokens
+from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, level_dir, model_settings, normalise_sweep, refine_steps,
+                               trunk_tokens)
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods,
                             needs_single_member_control, plan_chain)
@@ -203,14 +204,31 @@ def schema_problems(config: dict, schema: dict) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 def _head_problems(config: dict, sweep: dict) -> list[str]:
-    head_dim = config["model"]["head_dim"]
+    m = config["model"]
+    head_dim = m["head_dim"]
     out = []
+    family = m.get("family", "gpt2")
+    if family == "gpt2":
+        for key in ("heads_per_kv", "mlp_ratio", "attention_bias"):
+            if m.get(key) is not None:
+                out.append(f"model.{key} = {m[key]!r}: a setting of the llama family; gpt2 has one key/value head per "
+                           f"query head, a 4 d MLP and biases (set model.family: llama, or drop it)")
+        r, ratio = 1, None
+    else:
+        r = m.get("heads_per_kv") or FAMILY_DEFAULTS[family]["heads_per_kv"]
+        ratio = m.get("mlp_ratio") or FAMILY_DEFAULTS[family]["mlp_ratio"]
     for key in ("d0", "d1"):
         for d in sweep[key]:
             if d % head_dim:
                 up = (d // head_dim + 1) * head_dim
                 out.append(f"{key} = {d}: not a multiple of model.head_dim = {head_dim} (every model has whole heads "
                            f"of that size); e.g. {key} = {up}")
+            elif (d // head_dim) % r:
+                out.append(f"{key} = {d}: {d // head_dim} heads are not whole groups of model.heads_per_kv = {r} query "
+                           f"heads per key/value head; use a width that is a multiple of {head_dim * r}")
+            if ratio is not None and abs(ratio * d - round(ratio * d)) > 1e-9:
+                out.append(f"{key} = {d}: model.mlp_ratio = {ratio} gives {ratio * d:g} MLP units, not a whole number; "
+                           f"choose a ratio that does at every width of the sweep")
     return out
 
 
@@ -270,10 +288,10 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
             out.append(f"grow.options for {method_id(m)}: batches are drawn by growlm from the level-1 training "
                        f"split; set steps instead")
         for d0, L0, d1, L1, n in itertools.product(sweep["d0"], sweep["L0"], sweep["d1"], sweep["L1"], sweep["n"]):
-            if d0 % head_dim or d1 % head_dim or d1 < d0 or L1 < L0:
+            if d0 % head_dim or d1 % head_dim or d1 < d0 or L1 < L0 or _head_problems(config, sweep):
                 continue  # said above
-            shape = ModelShape(n_embd=d0, n_layer=L0, n_head=d0 // head_dim,
-                               vocab_size=config["tokenizer"]["vocab_size"], n_positions=config["model"]["context"])
+            shape = ModelShape.of({**model_settings(config, n_embd=d0, n_layer=L0),
+                                   "vocab_size": config["tokenizer"]["vocab_size"]})
             try:
                 plan_chain(shape, n, chain if len(chain) > 1 else chain[0], n_embd=d1, n_layer=L1)
             except GrowlmError as err:

@@ -1,4 +1,4 @@
-"""growlm.growth: grow n small trained GPT-2 members into the initial weights of a larger GPT-2.
+"""growlm.growth: grow n small trained members (GPT-2 or Llama) into the initial weights of a larger model.
 
     grow(members, method, *, n_embd, n_layer, n_head=None, seed=0, **options) -> model
     save_grown(model, dir) / load_grown(dir)
@@ -7,7 +7,8 @@
     load_plugins(paths)       import the plugin files of grow.plugins (their operators register)
 
 What each operator is (axis, exactness, options, constraints) is described in `growlm.methods`;
-the implementations are in this package, one module per family:
+the implementations are in this package, one module per kind of operator (each works on the
+family-neutral weight form of `growlm.families`, so on GPT-2 and Llama models alike):
 
     clone     hyperclone
     lemon     lemon
@@ -17,8 +18,8 @@ the implementations are in this package, one module per family:
     concat    concat
     members   msg_members, merge (weight matching, averaging)
     learned   ligo, mango
-    masked    GrownGPT2, the model with growth masks and grouped LayerNorm (msg, concat)
-    common    GPT-2 weights as tensors, the width engine
+    masked    GrownModel, the model with growth masks and grouped norms (msg, msg_members, concat)
+    common    the weight form's tools, the width engine
     registry  the implementations by name; `implements`, `register_operator`
     chain     grow(), save_grown, load_grown
     moments   optimizer-state carry-over (the linear part of an operator, applied to AdamW moments)
@@ -29,7 +30,8 @@ from __future__ import annotations
 # every operator module registers its implementations on import
 from growlm.growth import clone, concat, depth, learned, lemon, members, msg, net2net  # noqa: F401
 from growlm.growth.chain import grow, load_grown, options_of, save_grown
-from growlm.growth.masked import GrownGPT2
+from growlm.growth.masked import GrownGPT2, GrownModel
 from growlm.growth.registry import load_plugins, register_operator
 
-__all__ = ["grow", "save_grown", "load_grown", "options_of", "register_operator", "load_plugins", "GrownGPT2"]
+__all__ = ["grow", "save_grown", "load_grown", "options_of", "register_operator", "load_plugins", "GrownModel",
+           "GrownGPT2"]

@@ -11,10 +11,11 @@ applied to every member separately.
 Options are keyword arguments; each operator receives those its description declares, so a chain
 takes the union, and an option no operator of the chain declares is an error.
 
-Returned models are plain `GPT2LMHeadModel`s, except operators with growth masks (`msg`, `concat`
-with n > 1): these return a `GrownGPT2` whose forward(input_ids) gives `.logits`, whose
+Members are models of one family (`growlm.families`: GPT-2 or Llama) and one shape. Returned models
+are plain models of that family, except operators with growth masks (`msg`, `msg_members`, `concat`
+with n > 1): these return a `GrownModel` whose forward(input_ids) gives `.logits`, whose
 `growth_step(step)` the training loop calls before every step (sets the ramps), with a `ramp_done`
-property and `to_gpt2()` (a plain GPT2LMHeadModel once the ramps are complete). `save_grown` and
+property and `to_plain()` (a plain model once the ramps are complete). `save_grown` and
 `load_grown` store either kind without pickle.
 """
 
@@ -25,10 +26,12 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import GPT2LMHeadModel
+from transformers import PreTrainedModel
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, read_json, record_sha256
-from growlm.growth.masked import GrownGPT2
+from growlm.families import FAMILY, family_of
+from growlm.growth.common import norm_eps
+from growlm.growth.masked import GrownModel
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain
 from growlm.model import load_model
@@ -51,25 +54,29 @@ def member_shape(members) -> ModelShape:
         raise GrowlmError("grow() needs at least one member model")
     shapes = []
     for i, m in enumerate(members):
-        if not isinstance(m, GPT2LMHeadModel):
-            raise GrowlmError(f"member {i + 1} is a {type(m).__name__}, not a GPT2LMHeadModel")
+        if not isinstance(m, tuple(f.model_class for f in FAMILY.values())):
+            raise GrowlmError(f"member {i + 1} is a {type(m).__name__}, not a model of a family growlm grows "
+                              f"({', '.join(f.model_class.__name__ for f in FAMILY.values())})")
         shapes.append(ModelShape.of(m))
     ref, c0 = shapes[0], members[0].config
-    names = {"d": "width (n_embd)", "L": "depth (n_layer)", "h": "head count (n_head)", "f": "MLP width (n_inner)",
-             "V": "vocabulary size", "T": "context (n_positions)", "tied": "tie_word_embeddings"}
+    names = {"family": "family", "d": "width (n_embd)", "L": "depth (n_layer)", "h": "head count (n_head)",
+             "g": "key/value head count", "f": "MLP width (n_inner)", "V": "vocabulary size",
+             "T": "context (n_positions)", "tied": "tie_word_embeddings", "attention_bias": "attention_bias"}
     for i, (s, m) in enumerate(zip(shapes[1:], members[1:]), start=2):
         for k, what in names.items():
             if getattr(s, k) != getattr(ref, k):
                 raise GrowlmError(f"members differ in {what}: member 1 has {getattr(ref, k)}, "
                                   f"member {i} has {getattr(s, k)}")
-        for attr in ("activation_function", "layer_norm_epsilon"):
-            if getattr(m.config, attr) != getattr(c0, attr):
-                raise GrowlmError(f"members differ in {attr}: {getattr(c0, attr)} vs {getattr(m.config, attr)}")
+        act = "activation_function" if ref.family == "gpt2" else "hidden_act"
+        for what, a, b in ((act, getattr(c0, act), getattr(m.config, act)),
+                           ("norm epsilon", norm_eps(c0), norm_eps(m.config))):
+            if a != b:
+                raise GrowlmError(f"members differ in {what}: {a} vs {b}")
     return ref
 
 
 def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, **options):
-    """Grow `members` (GPT2LMHeadModels of one shape) into a model of width n_embd and depth n_layer."""
+    """Grow `members` (models of one family and shape) into a model of width n_embd and depth n_layer."""
     if isinstance(members, torch.nn.Module):
         members = [members]
     members = list(members)
@@ -104,18 +111,19 @@ def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = Non
 # ----------------------------------------------------------------------------------------------
 
 def save_grown(model, out_dir) -> None:
-    """Save a grown model: `save_pretrained` for a plain GPT2LMHeadModel; for a `GrownGPT2`,
-    `growlm_grown.json` (class, config, spec, ramp step) + `growlm_grown.safetensors` (all
-    tensors, tied ones once). No pickle. The directory of a GrownGPT2 has no config.json, so
+    """Save a grown model: `save_pretrained` for a plain model; for a `GrownModel`,
+    `growlm_grown.json` (class, family, config, spec, ramp step) + `growlm_grown.safetensors` (all
+    tensors, tied ones once). No pickle. The directory of a GrownModel has no config.json, so
     `AutoModelForCausalLM` does not load it by mistake (its step-0 function needs the masks)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(model, GPT2LMHeadModel):
+    if isinstance(model, PreTrainedModel):
+        family_of(model)  # one growlm grows
         model.save_pretrained(out_dir, safe_serialization=True)
         record_sha256(out_dir / "model.safetensors")
         (out_dir / GROWN_JSON).unlink(missing_ok=True)
         return
-    if isinstance(model, GrownGPT2):
+    if isinstance(model, GrownModel):
         for stale in ("config.json", "model.safetensors"):
             (out_dir / stale).unlink(missing_ok=True)
         meta, tensors = model.export()
@@ -127,18 +135,18 @@ def save_grown(model, out_dir) -> None:
 
 
 def load_grown(out_dir):
-    """Load what `save_grown` wrote (a GPT2LMHeadModel or a GrownGPT2)."""
+    """Load what `save_grown` wrote (a plain model or a GrownModel)."""
     out_dir = Path(out_dir)
     if (out_dir / GROWN_JSON).is_file():
         meta = read_json(out_dir / GROWN_JSON)
-        if meta.get("class") != "GrownGPT2":
+        if meta.get("class") not in ("GrownModel", "GrownGPT2"):  # GrownGPT2: written before the Llama family
             raise damaged(out_dir / GROWN_JSON, f"unknown grown-model class {meta.get('class')!r}")
         tensors = out_dir / GROWN_TENSORS
         if not tensors.is_file():
             raise GrowlmError(f"grown model at {out_dir} has no {GROWN_TENSORS}")
         check_recorded_sha256(tensors)
         try:
-            return GrownGPT2.restore(meta, load_file(str(tensors)))
+            return GrownModel.restore(meta, load_file(str(tensors)))
         except Exception as err:  # a truncated file, tensors that do not fit the description
             raise damaged(tensors, f"the grown model does not load: {str(err).splitlines()[0][:200]}") from None
     return load_model(out_dir)

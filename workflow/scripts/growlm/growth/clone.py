@@ -12,6 +12,13 @@ Symmetry breaking (`noise` > 0): for every pair of copies (2p, 2p+1) of an input
 to the first and -N to the second (N Gaussian with std = noise x std of the source matrix); since
 the two inputs are equal copies the noise cancels exactly (odd k leaves the last copy clean). The
 tied unembedding (= wte, a writer) gets no noise.
+
+Llama family: RMSNorm of k tiled copies is the source's (the mean square of a tiled vector is the
+vector's), so the gains are tiled as LayerNorm's are and nothing else changes; key/value heads are
+tiled with their query heads (head j copies head j mod h0, whose group j // r copies group
+(j mod h0) // r = (j // r) mod g0: every query head reads the copy of its source's key/value head,
+the query heads per key/value head kept); the gated MLP's unit u is gate and up column u with down
+row u, tiled together; rotary positions act per head, whose size is kept.
 """
 
 from __future__ import annotations

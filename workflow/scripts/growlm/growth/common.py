@@ -1,33 +1,44 @@
-"""Shared machinery of the growth operators: GPT-2 weights as plain tensors, and the width engine.
+"""Shared machinery of the growth operators: a model's weights in the family-neutral form, and the
+width engine.
 
-Weights of a `GPT2LMHeadModel` are handled as a dict (`unpack` / `pack`)::
+Weights are handled in the weight form of `growlm.families` (`unpack` / `pack` dispatch on the
+model's family, GPT-2 or Llama)::
 
-    {"wte": (V, d), "wpe": (T, d), "lnf_w": (d,), "lnf_b": (d,), "head": (V, d) or None (tied),
-     "blocks": [{"ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b",
-                 "ln2_w", "ln2_b", "fc_w", "fc_b", "pr_w", "pr_b"}, ...]}
+    {"wte": (V, d), "wpe": (T, d) | None, "lnf_w": (d,), "lnf_b": (d,) | None, "head": (V, d) | None (tied),
+     "blocks": [{"ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b", "ln2_w", "ln2_b",
+                 "fc_w", "fc_b", "gate_w", "gate_b", "pr_w", "pr_b"}, ...]}
 
-Matrices keep HF's Conv1D orientation (in, out): y = x @ W + b. `q_w`, `k_w`, `v_w` are the three
-(d, d) parts of the fused `c_attn`; output channel h*dh + e of q/k/v is channel e of head h.
+Matrices are (in, out): y = x @ W + b; a part a family does not have is None (no position table
+under rotary positions, no norm bias under RMSNorm, no gate in a plain MLP, no biases in Llama).
+Output channel i dh + e of q is channel e of query head i; k and v have g key/value heads, and
+query head i reads key/value head i // r (r = h / g; GPT-2: r = 1).
 
 The width engine (`WidthEngine`) implements the residual-lift algebra of width growth for n members
-at once. A `WidthPlan` says, for every new
-residual coordinate, attention head and MLP unit, which member and which source unit it copies
-(or, for a residual coordinate, `-1` = LEMON "mean" residue coordinate). Then:
+at once. A `WidthPlan` says, for every new residual coordinate, attention head and MLP unit, which
+member and which source unit it copies (or, for a residual coordinate, `-1` = a residue coordinate).
+Then:
 
-* writers (wte, wpe, attn/mlp c_proj columns and biases) copy their source output columns;
-  residue columns get the member's row mean, so the residue coordinate always holds mean(x_m);
-* readers (q/k/v, c_fc, attn c_proj rows = head channels, mlp c_proj rows = MLP units, an untied
+* writers (wte, wpe, o and pr columns and biases) copy their source output columns; residue
+  columns hold what keeps the norm exact: under LayerNorm the member's row mean, so the residue
+  coordinate holds mean(x) (LEMON's mean padding: the mean of the grown residual is the source's,
+  its variance s times the source's); under RMSNorm zero, so the residue coordinate holds 0 (no mean
+  is subtracted, and the mean square of the grown residual is s times the source's);
+* readers (q/k/v, fc and gate, o rows = query head channels, pr rows = MLP units, an untied
   lm_head) split each source input row over its copies (1/count each, plus optional cancelling
   noise: "pairs" = +N/-N on pairs of copies, HyperCloning; "centered" = noise minus its mean over
-  the copies, LEMON-style unequal split); residue rows are free (LN output there is 0);
+  the copies, LEMON-style unequal split); residue rows are free (the norm output there is 0);
+* key/value heads are copied with the query heads they serve: a plan copies whole groups of r query
+  heads, and each new group's key/value head copies the source group's, so every query head reads
+  the copy of its source's key/value head (the query heads per key/value head are kept);
 * weights connecting different members are zero (block-diagonal);
-* LN: gamma copied and scaled by sqrt(s_m), beta copied (0 on residues), eps_m = s_m * eps, where
-  s_m = (copied coordinates of member m) / (coordinates of member m);
-* tied head: ln_f gamma/beta divided by n * count (so plain tying gives the members' logit mean);
-  untied head: its copies divided by n * count instead.
+* the norm: gamma copied and scaled by sqrt(s_m), beta copied (0 on residues), eps_m = s_m * eps,
+  where s_m = (copied coordinates of member m) / (coordinates of member m): LayerNorm's variance and
+  RMSNorm's mean square both scale by s_m on the grown residual;
+* tied head: the final norm's gamma/beta divided by n * count (so plain tying gives the members'
+  logit mean); untied head: its copies divided by n * count instead.
 
-With one member and uniform copy counts this is exact in a plain GPT-2 (HyperCloning, LEMON). With
-n members it is exact when each member's coordinates are layer-normalised separately (concat).
+With one member and uniform copy counts this is exact in either family (HyperCloning, LEMON). With
+n members it is exact when each member's coordinates are normalised separately (concat).
 """
 
 from __future__ import annotations
@@ -35,121 +46,74 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
+from growlm.families import BLOCK_KEYS, WRITER_KEYS, family_of, load_into  # noqa: F401 (the operators' toolbox)
 from growlm.shape import ModelShape
-
-BLOCK_KEYS = ("ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b",
-              "ln2_w", "ln2_b", "fc_w", "fc_b", "pr_w", "pr_b")
 
 
 # ----------------------------------------------------------------------------------------------
 # configs
 # ----------------------------------------------------------------------------------------------
 
-def mlp_width(config: GPT2Config, n_embd: int) -> int | None:
-    """`n_inner` of the grown config: None (= 4 d) if the source uses the default, else scaled."""
-    if config.n_inner is None:
+def mlp_width(config, n_embd: int) -> int | None:
+    """The MLP width of the grown config: None (= 4 d) if a GPT-2 source uses the default, else
+    scaled with the width."""
+    s = ModelShape.of(config)
+    if s.n_inner is None:
         return None
-    return int(round(config.n_inner * n_embd / config.n_embd))
+    return int(round(s.n_inner * n_embd / s.d))
 
 
-def target_config(src: GPT2Config, *, n_embd: int, n_layer: int, n_head: int,
-                  n_inner: int | None = "same", eps: float | None = None) -> GPT2Config:
-    """A copy of `src` with a new width/depth/head count (and optionally MLP width, LN epsilon)."""
-    d = src.to_dict()
-    for k in ("architectures", "_name_or_path", "transformers_version", "dtype", "torch_dtype"):
-        d.pop(k, None)
-    d.update(n_embd=n_embd, n_layer=n_layer, n_head=n_head)
-    d["n_inner"] = mlp_width(src, n_embd) if n_inner == "same" else n_inner
-    if eps is not None:
-        d["layer_norm_epsilon"] = float(eps)
-    config = GPT2Config(**d)
-    config._attn_implementation = "sdpa"
-    return config
+def target_config(src, *, n_embd: int, n_layer: int, n_head: int, n_inner: int | None | str = "same",
+                  eps: float | None = None):
+    """A copy of the config `src` (any family) with a new width/depth/head count (key/value heads
+    follow the query heads), optionally a new MLP width and norm epsilon."""
+    return family_of(src).resized(src, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_inner=n_inner, eps=eps)
+
+
+def norm_eps(config) -> float:
+    """The epsilon of every norm of a model of `config` (LayerNorm or RMSNorm)."""
+    return family_of(config).eps(config)
+
+
+def init_std(config) -> float:
+    """The std of a new weight under the family's initialisation."""
+    return family_of(config).init_std(config)
 
 
 # ----------------------------------------------------------------------------------------------
 # model <-> weights
 # ----------------------------------------------------------------------------------------------
 
-def unpack(model: GPT2LMHeadModel) -> dict:
-    """The weights of a GPT2LMHeadModel as detached tensors (see the module docstring)."""
-    t = model.transformer
-    d = model.config.n_embd
-    blocks = []
-    for blk in t.h:
-        ca_w, ca_b = blk.attn.c_attn.weight.detach(), blk.attn.c_attn.bias.detach()
-        blocks.append({
-            "ln1_w": blk.ln_1.weight.detach(), "ln1_b": blk.ln_1.bias.detach(),
-            "q_w": ca_w[:, :d], "k_w": ca_w[:, d:2 * d], "v_w": ca_w[:, 2 * d:],
-            "q_b": ca_b[:d], "k_b": ca_b[d:2 * d], "v_b": ca_b[2 * d:],
-            "o_w": blk.attn.c_proj.weight.detach(), "o_b": blk.attn.c_proj.bias.detach(),
-            "ln2_w": blk.ln_2.weight.detach(), "ln2_b": blk.ln_2.bias.detach(),
-            "fc_w": blk.mlp.c_fc.weight.detach(), "fc_b": blk.mlp.c_fc.bias.detach(),
-            "pr_w": blk.mlp.c_proj.weight.detach(), "pr_b": blk.mlp.c_proj.bias.detach(),
-        })
-    tied = model.lm_head.weight is t.wte.weight or bool(getattr(model.config, "tie_word_embeddings", True))
-    return {"wte": t.wte.weight.detach(), "wpe": t.wpe.weight.detach(),
-            "lnf_w": t.ln_f.weight.detach(), "lnf_b": t.ln_f.bias.detach(),
-            "head": None if tied else model.lm_head.weight.detach(), "blocks": blocks}
+def unpack(model) -> dict:
+    """The weights of a model of either family in the weight form (see the module docstring)."""
+    return family_of(model).unpack(model)
 
 
-def state_dict_of(W: dict) -> dict[str, torch.Tensor]:
-    """HF state-dict names for weights `W` (lm_head only when untied)."""
-    sd = {"transformer.wte.weight": W["wte"], "transformer.wpe.weight": W["wpe"],
-          "transformer.ln_f.weight": W["lnf_w"], "transformer.ln_f.bias": W["lnf_b"]}
-    for i, b in enumerate(W["blocks"]):
-        p = f"transformer.h.{i}."
-        sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = b["ln1_w"], b["ln1_b"]
-        sd[p + "attn.c_attn.weight"] = torch.cat([b["q_w"], b["k_w"], b["v_w"]], 1)
-        sd[p + "attn.c_attn.bias"] = torch.cat([b["q_b"], b["k_b"], b["v_b"]], 0)
-        sd[p + "attn.c_proj.weight"], sd[p + "attn.c_proj.bias"] = b["o_w"], b["o_b"]
-        sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = b["ln2_w"], b["ln2_b"]
-        sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = b["fc_w"], b["fc_b"]
-        sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = b["pr_w"], b["pr_b"]
-    if W["head"] is not None:
-        sd["lm_head.weight"] = W["head"]
-    return sd
+def state_dict_of(W: dict, config) -> dict[str, torch.Tensor]:
+    """The family's state-dict names for weights `W`."""
+    return family_of(config).state_dict(W)
 
 
-def empty_model(config: GPT2Config) -> GPT2LMHeadModel:
-    """A GPT2LMHeadModel on the meta device (no random initialisation cost)."""
-    with torch.device("meta"):
-        return GPT2LMHeadModel(config)
+def empty_model(config):
+    """A model on the meta device (no random initialisation cost)."""
+    return family_of(config).empty(config)
 
 
-def load_into(model: GPT2LMHeadModel, sd: dict[str, torch.Tensor]) -> GPT2LMHeadModel:
-    sd = {k: v.detach().clone().contiguous() for k, v in sd.items()}
-    tied = bool(getattr(model.config, "tie_word_embeddings", True))
-    if tied:
-        sd.pop("lm_head.weight", None)
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
-    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise RuntimeError(f"weights do not fit the config: missing {missing}, unexpected {unexpected}")
-    if tied:
-        model.lm_head.weight = model.transformer.wte.weight
-    for name, buf in list(model.named_buffers()):
-        if buf.device.type == "meta":  # no persistent buffers in GPT-2 today; guard anyway
-            raise RuntimeError(f"buffer {name} was not materialised")
-    model.eval()
-    return model
-
-
-def pack(W: dict, config: GPT2Config) -> GPT2LMHeadModel:
-    """A plain GPT2LMHeadModel with `config` holding weights `W`."""
-    if W["head"] is None and not config.tie_word_embeddings:
-        raise RuntimeError("untied config but no lm_head weight")
-    if W["head"] is not None and config.tie_word_embeddings:
-        config = GPT2Config(**{**config.to_dict(), "tie_word_embeddings": False})
-        config._attn_implementation = "sdpa"
-    return load_into(empty_model(config), state_dict_of(W))
+def pack(W: dict, config):
+    """A plain model with `config` holding weights `W`."""
+    return family_of(config).pack(W, config)
 
 
 def with_blocks(W: dict, blocks: list[dict]) -> dict:
     return {**W, "blocks": blocks}
+
+
+def clone_weights(W: dict) -> dict:
+    """A deep copy of a weight form (None stays None)."""
+    return {k: ([{a: None if b is None else b.clone() for a, b in blk.items()} for blk in v] if k == "blocks"
+                else None if v is None else v.clone()) for k, v in W.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,6 +188,23 @@ class _Axis:
         return torch.where(self.residue, torch.zeros_like(f), f)
 
 
+def kv_plan(head_mem: torch.Tensor, head_src: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(member, source key/value head) of every new key/value head, for query heads copied in whole
+    groups of r: new key/value head i serves new query heads i r .. i r + r - 1, which must all come from
+    one member's group, so that each reads the copy of its source's key/value head (grouped-query
+    attention stays exact). r = 1 (multi-head attention): the query heads' own plan."""
+    if r == 1:
+        return head_mem, head_src
+    if head_mem.numel() % r:
+        raise GrowlmError(f"{head_mem.numel()} query heads are not whole groups of {r} (query heads per key/value "
+                          f"head)")
+    mem, grp = head_mem.reshape(-1, r), torch.div(head_src, r, rounding_mode="floor").reshape(-1, r)
+    if not (bool((mem == mem[:, :1]).all()) and bool((grp == grp[:, :1]).all())):
+        raise GrowlmError(f"the grown query heads break their key/value groups (each group of {r} query heads must "
+                          f"copy one source group); grow by whole groups of heads")
+    return mem[:, 0].contiguous(), grp[:, 0].contiguous()
+
+
 def _head_channels(mem: torch.Tensor, src: torch.Tensor, dh: int) -> tuple[torch.Tensor, torch.Tensor]:
     e = torch.arange(dh)
     return mem.repeat_interleave(dh), (src[:, None] * dh + e[None, :]).reshape(-1)
@@ -281,13 +262,18 @@ class WidthEngine:
         # compute in float64 for float64 members (exactness tests), else float32
         self.cdtype = torch.float64 if self.dtype == torch.float64 else torch.float32
         s = shape
+        # what a residue coordinate holds: mean(x) under LayerNorm (LEMON), 0 under RMSNorm
+        self.residue_mean = s.norm == "layernorm"
         self.res = _Axis.make(plan.res_mem, plan.res_src, s.d)
         hc_mem, hc_src = _head_channels(plan.head_mem, plan.head_src, s.dh)
         # copies of one head share a key (count = copies of the head, not of the channel)
         self.hc = _Axis.make(hc_mem, hc_src, s.d)
+        kv_mem, kv_src = kv_plan(plan.head_mem, plan.head_src, s.r)
+        kvc_mem, kvc_src = _head_channels(kv_mem, kv_src, s.dh)
+        self.kvc = _Axis.make(kvc_mem, kvc_src, s.g * s.dh)
         self.mlp = _Axis.make(plan.mlp_mem, plan.mlp_src, s.f)
         n = plan.n
-        # LN factors per member group: s_m = copied coords / all coords of member m
+        # norm factors per member group: s_m = copied coords / all coords of member m
         d1 = plan.res_mem.numel()
         tot = torch.bincount(plan.res_mem, minlength=n).double()
         cop = torch.bincount(plan.res_mem[~self.res.residue], minlength=n).double()
@@ -300,13 +286,18 @@ class WidthEngine:
     def _stack(self, get) -> torch.Tensor:
         return torch.stack([get(W) for W in self.Ws]).to(self.cdtype)
 
+    def _pad(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """`t` with one more entry along `dim`: the residue entry (the mean, or 0 under RMSNorm)."""
+        extra = t.mean(dim, keepdim=True) if self.residue_mean else torch.zeros_like(t.narrow(dim, 0, 1))
+        return torch.cat([t, extra], dim)
+
     def matrix(self, get, ax_in: _Axis, ax_out: _Axis, *, reader_noise: bool = True) -> torch.Tensor:
-        """Grow a Conv1D matrix (in, out): block-diagonal over members."""
+        """Grow a matrix (in, out): block-diagonal over members."""
         Wst = self._stack(get)  # (n, a, b)
         n, a, b = Wst.shape
         Wa = Wst
         if bool(ax_out.residue.any()):
-            Wa = torch.cat([Wa, Wa.mean(2, keepdim=True)], 2)  # residue out column = row mean
+            Wa = self._pad(Wa, 2)  # residue out column = row mean (0 under RMSNorm)
         if bool(ax_in.residue.any()):
             Wa = torch.cat([Wa, torch.zeros(n, 1, Wa.shape[2], dtype=Wa.dtype)], 1)  # residue in row = 0
         fac = ax_in.factor().to(self.cdtype)
@@ -328,30 +319,39 @@ class WidthEngine:
             W[ax_in.residue] = R if same is None else R * same[ax_in.residue]
         return W.to(self.dtype)
 
-    def vector(self, get, ax: _Axis) -> torch.Tensor:
-        """Grow a bias on an output axis (residue entries: the member's mean)."""
+    def vector(self, get, ax: _Axis) -> torch.Tensor | None:
+        """Grow a bias on an output axis (residue entries: the member's mean, 0 under RMSNorm);
+        None for a bias the family does not have."""
+        if get(self.Ws[0]) is None:
+            return None
         v = self._stack(get)
-        va = torch.cat([v, v.mean(1, keepdim=True)], 1)
+        va = self._pad(v, 1)
         return va[ax.mem, ax.idx].to(self.dtype)
 
-    def embedding(self, get) -> torch.Tensor:
+    def embedding(self, get) -> torch.Tensor | None:
         """Grow a (rows, d) embedding on its residual axis (copies, not divided)."""
+        if get(self.Ws[0]) is None:
+            return None
         E = self._stack(get)  # (n, R, d)
-        Ea = torch.cat([E, E.mean(2, keepdim=True)], 2)
+        Ea = self._pad(E, 2)
         return Ea[self.res.mem, :, self.res.idx].T.contiguous().to(self.dtype)
 
-    def layer_norm(self, get_w, get_b, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def layer_norm(self, get_w, get_b, extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A norm on the residual stream (LayerNorm, or RMSNorm with no bias)."""
         g = self.vector(get_w, self.res).double()
-        b = self.vector(get_b, self.res).double()
-        b[self.res.residue] = 0.0
+        b = self.vector(get_b, self.res)
+        if b is not None:
+            b = b.double()
+            b[self.res.residue] = 0.0
         g = g * self.group_s.sqrt()[self.res.mem]
         if extra is not None:
-            g, b = g * extra, b * extra
-        return g.to(self.dtype), b.to(self.dtype)
+            g = g * extra
+            b = None if b is None else b * extra
+        return g.to(self.dtype), None if b is None else b.to(self.dtype)
 
     # -- the whole model ----------------------------------------------------------------------
     def grow(self) -> dict:
-        res, hc, mlp = self.res, self.hc, self.mlp
+        res, hc, kvc, mlp = self.res, self.hc, self.kvc, self.mlp
         n = self.plan.n
         blocks = []
         for l in range(self.s.L):
@@ -359,14 +359,19 @@ class WidthEngine:
                 return lambda W: W["blocks"][l][key]
             blk = {}
             blk["ln1_w"], blk["ln1_b"] = self.layer_norm(g("ln1_w"), g("ln1_b"))
-            for p in ("q", "k", "v"):
-                blk[p + "_w"] = self.matrix(g(p + "_w"), res, hc)
-                blk[p + "_b"] = self.vector(g(p + "_b"), hc)
+            for p, out in (("q", hc), ("k", kvc), ("v", kvc)):
+                blk[p + "_w"] = self.matrix(g(p + "_w"), res, out)
+                blk[p + "_b"] = self.vector(g(p + "_b"), out)
             blk["o_w"] = self.matrix(g("o_w"), hc, res)
             blk["o_b"] = self.vector(g("o_b"), res)
             blk["ln2_w"], blk["ln2_b"] = self.layer_norm(g("ln2_w"), g("ln2_b"))
             blk["fc_w"] = self.matrix(g("fc_w"), res, mlp)
             blk["fc_b"] = self.vector(g("fc_b"), mlp)
+            if self.s.gated:  # the gate is read like fc: its unit u goes with fc's unit u
+                blk["gate_w"] = self.matrix(g("gate_w"), res, mlp)
+                blk["gate_b"] = self.vector(g("gate_b"), mlp)
+            else:
+                blk["gate_w"] = blk["gate_b"] = None
             blk["pr_w"] = self.matrix(g("pr_w"), mlp, res)
             blk["pr_b"] = self.vector(g("pr_b"), res)
             blocks.append(blk)
@@ -396,13 +401,14 @@ class WidthEngine:
         return self.group_s * eps
 
 
-def tile_plan(n_members: int, d0: int, h0: int, f0: int, d1: int, h1: int, f1: int) -> WidthPlan:
+def tile_plan(n_members: int, d0: int, h0: int, f0: int, d1: int, h1: int, f1: int, r: int = 1) -> WidthPlan:
     """Per member group: floor copies of the member's units, then residue coordinates (LEMON).
 
     The residual is split into n contiguous groups (sizes differ by at most one); group m holds
     k_m = D_m // d0 tiled copies of member m's coordinates and D_m - k_m d0 residue coordinates.
     Heads and MLP units: the members' units first (block diagonal), the rest circular copies
-    over (member, unit).
+    over (member, unit). Heads are placed in whole groups of r (the query heads that share a
+    key/value head), so grouped-query attention stays exact (`kv_plan`).
     """
     n = n_members
     sizes = [d1 // n + (1 if m < d1 % n else 0) for m in range(n)]
@@ -423,7 +429,11 @@ def tile_plan(n_members: int, d0: int, h0: int, f0: int, d1: int, h1: int, f1: i
         src = torch.where(j < n * per, j % per, ((j - n * per) // n) % per)
         return mem, src
 
-    head_mem, head_src = units(h1, h0)
+    if h1 % r or h0 % r:
+        raise GrowlmError(f"{h1} heads are not whole groups of {r} query heads per key/value head")
+    group_mem, group_src = units(h1 // r, h0 // r)
+    head_mem = group_mem.repeat_interleave(r)
+    head_src = (group_src[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
     mlp_mem, mlp_src = units(f1, f0)
     return WidthPlan(n, torch.cat(res_mem), torch.cat(res_src), head_mem, head_src, mlp_mem, mlp_src)
 

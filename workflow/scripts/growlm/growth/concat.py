@@ -7,7 +7,13 @@ tied unembedding the final LN is divided by n (an untied lm_head is concatenated
 n). With LayerNorm statistics computed per member group, the grown model's logits are exactly the
 AVERAGE of the members' logits at step 0. The grouped statistics are faded into full-width LN
 over `ln_ramp_steps` refine steps (mu_c = (1-c) mu_group + c mu_all, same for the variance), so
-the grown model is a `GrownGPT2` (see masked.py) until the ramp is done, then `to_gpt2()`.
+the grown model is a `GrownModel` (see masked.py) until the ramp is done, then `to_plain()`.
+
+In the Llama family the same argument holds with RMSNorm: a member group's mean square is that
+member's own, so grouped RMSNorm gives each member's normed residual exactly, and the gated MLP's
+units (gate and up columns, down rows) and the key/value heads are block-diagonal like the rest
+(member i's key/value heads serve member i's query heads: the query heads per key/value head are
+kept, g1 = n g0). Rotary positions act per head and the head size is kept.
 
 Off-diagonal (cross-member) blocks, option `cross`:
 * "zero" (default): exactly zero; they get non-zero gradients at step 1.
@@ -32,8 +38,9 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import WidthEngine, generator, mlp_width, pack, target_config, tile_plan, unpack
-from growlm.growth.masked import GrownGPT2
+from growlm.growth.common import (WidthEngine, generator, mlp_width, norm_eps, pack, target_config, tile_plan,
+                                  unpack)
+from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape
@@ -58,21 +65,24 @@ def concat(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed
     OPERATORS["concat"].check(s, n, n_embd, n_layer, n_head, absorbed)
     h1 = n_embd // s.dh
     f1 = mlp_width(models[0].config, n_embd) or 4 * n_embd
-    plan = tile_plan(n, s.d, s.h, s.f, n_embd, h1, f1)
+    plan = tile_plan(n, s.d, s.h, s.f, n_embd, h1, f1, r=s.r)
     gen = generator(seed)
     eng = WidthEngine([unpack(m) for m in models], s, plan, gen=gen, noise=float(noise), noise_mode="centered",
                       residue_std=float(residue_std))
     W = eng.grow()
-    group_eps = eng.group_eps(models[0].config.layer_norm_epsilon)
+    group_eps = eng.group_eps(norm_eps(models[0].config))
     eps_target = float(group_eps.mean())
     if cross != "zero" and n > 1:
         std = cross_std if cross_std is not None else (1e-3 if cross == "noise" else 0.02)
         hc = plan.head_mem.repeat_interleave(s.dh)
-        pats = {"qkv": (plan.res_mem, hc), "o": (hc, plan.res_mem), "fc": (plan.res_mem, plan.mlp_mem),
-                "pr": (plan.mlp_mem, plan.res_mem)}
+        kvc = plan.head_mem[::s.r].repeat_interleave(s.dh)  # each key/value head is its group's member's
+        pats = {"q": (plan.res_mem, hc), "kv": (plan.res_mem, kvc), "o": (hc, plan.res_mem),
+                "fc": (plan.res_mem, plan.mlp_mem), "pr": (plan.mlp_mem, plan.res_mem)}
+        mats = [("q_w", "q"), ("k_w", "kv"), ("v_w", "kv"), ("o_w", "o"), ("fc_w", "fc"), ("pr_w", "pr")]
+        if s.gated:
+            mats.append(("gate_w", "fc"))
         for blk in W["blocks"]:
-            for keys, pat in (("q_w", "qkv"), ("k_w", "qkv"), ("v_w", "qkv"), ("o_w", "o"), ("fc_w", "fc"),
-                              ("pr_w", "pr")):
+            for keys, pat in mats:
                 a, b = pats[pat]
                 mask = (a[:, None] != b[None, :]).to(blk[keys].dtype)
                 blk[keys] = blk[keys] + torch.randn(mask.shape, generator=gen, dtype=torch.float64).to(
@@ -86,4 +96,4 @@ def concat(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed
             "group_eps": group_eps.to(core.dtype)}
     spec = {"kind": "concat", "ramp_steps": int(ramp_steps), "ln_ramp_steps": int(ln_ramp_steps),
             "cross_masked": cross_masked, "n_members": n, "cross": cross}
-    return GrownGPT2(core, spec, bufs)
+    return GrownModel(core, spec, bufs)

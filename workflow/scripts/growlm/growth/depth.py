@@ -1,8 +1,10 @@
 """Depth operators: zero-writer block insertion (exact), G_stack, interleave, member stacking.
 
-All keep the width. They accept a plain GPT2LMHeadModel or a grown module with growth masks
-(`GrownGPT2`, e.g. the output of `concat`): then the inner model's blocks are rearranged and the
-module keeps its masks/ramps (`GrownGPT2.with_blocks`).
+All keep the width. They accept a plain model of either family or a grown module with growth masks
+(`GrownModel`, e.g. the output of `concat`): then the inner model's blocks are rearranged and the
+module keeps its masks/ramps (`GrownModel.with_blocks`). A zero-writer block is exact in both
+families: its attention output projection and its MLP's down projection (and their biases, where a
+family has them) are zero, so x + Block(x) = x whatever the norm, the gate or the rotary positions.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import insertion_plan, neighbour_of, pack, target_config, unpack, with_blocks
+from growlm.growth.common import WRITER_KEYS, insertion_plan, neighbour_of, pack, target_config, unpack, with_blocks
 from growlm.growth.registry import implements
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape
@@ -21,19 +23,18 @@ def _rebuild(model, blocks: list[dict], block_map: list[int | None]):
     if hasattr(model, "with_blocks"):  # GrownGPT2: keep the growth masks
         return model.with_blocks(blocks, block_map)
     W = unpack(model)
-    c = model.config
-    return pack(with_blocks(W, blocks), target_config(c, n_embd=c.n_embd, n_layer=len(blocks), n_head=c.n_head,
-                                                      n_inner=c.n_inner))
+    s = ModelShape.of(model)
+    return pack(with_blocks(W, blocks), target_config(model.config, n_embd=s.d, n_layer=len(blocks), n_head=s.h))
 
 
 def _core(model):
-    return getattr(model, "gpt2", model)
+    return getattr(model, "inner", model)
 
 
 def _zero_writers(blk: dict) -> dict:
-    blk = {k: v.clone() for k, v in blk.items()}
-    for k in ("o_w", "o_b", "pr_w", "pr_b"):
-        blk[k] = torch.zeros_like(blk[k])
+    blk = {k: None if v is None else v.clone() for k, v in blk.items()}
+    for k in WRITER_KEYS:
+        blk[k] = None if blk[k] is None else torch.zeros_like(blk[k])
     return blk
 
 
@@ -105,5 +106,4 @@ def stack_members(models, *, n_embd: int, n_layer: int, n_head: int | None = Non
         for k in ("lnf_w", "lnf_b", "head"):
             out[k] = Ws[-1][k]
     out["blocks"] = [b for W in Ws for b in W["blocks"]]
-    c = models[0].config
-    return pack(out, target_config(c, n_embd=c.n_embd, n_layer=n_layer, n_head=c.n_head, n_inner=c.n_inner))
+    return pack(out, target_config(models[0].config, n_embd=s.d, n_layer=n_layer, n_head=s.h))

@@ -30,6 +30,12 @@ divided by the copy count; plus Gaussian noise `init_noise` on every core. With 
 d1 = k d0, L1 = L0 and init_noise = 0 the initial operator reproduces the source exactly; in general
 it is not function-preserving (learned; LiGO's own init is not either).
 
+Llama family: the gated MLP's gate shares the MLP cores of its up projection (a unit is gate and up
+column with down row); the key/value projections have their own head cores over the g key/value
+heads (initialised as the copies of the query heads' groups); under RMSNorm the residue
+coordinates of the initial map hold 0, not the mean (see growlm.growth.lemon); there are no
+position embeddings to map.
+
 Training: AdamW (lr `lr`) on the operator's parameters for `steps` steps on `batches` (an iterable
 of LongTensor [B, T] token batches, cycled), with the grown model's LM loss. The training cost is
 recorded in `model.growlm_growth_flops`: steps x (the project's per-token training FLOPs of the
@@ -45,9 +51,10 @@ from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 from growlm.errors import GrowlmError
-from growlm.flops import train_flops_per_token
-from growlm.growth.common import (BLOCK_KEYS, empty_model, generator, load_into, mlp_width, target_config,
-                                  tile_plan, unpack)
+from growlm.families import materialise_buffers
+from growlm.flops import model_train_flops_per_token
+from growlm.growth.common import (BLOCK_KEYS, empty_model, generator, kv_plan, load_into, mlp_width, state_dict_of,
+                                  target_config, tile_plan, unpack)
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
@@ -59,6 +66,7 @@ _ROLES = {
     "q_b": (None, "q"), "k_b": (None, "k"), "v_b": (None, "v"),
     "o_w": ("o_in", "res_out"), "o_b": (None, "res_out"),
     "fc_w": ("res_in", "fc_out"), "fc_b": (None, "fc_out"),
+    "gate_w": ("res_in", "fc_out"), "gate_b": (None, "fc_out"),  # a gated MLP's unit: gate and up together
     "pr_w": ("pr_in", "res_out"), "pr_b": (None, "res_out"),
 }
 
@@ -81,18 +89,21 @@ class RingGrowth(nn.Module):
         if s.f % g or self.f1 % g:
             raise GrowlmError(f"MLP widths {s.f}, {self.f1} are not multiples of the head size {g}")
         self.g = g
-        dtype = members[0].transformer.wte.weight.dtype
         Ws = [unpack(m) for m in members]
+        dtype = Ws[0]["wte"].dtype
         J = self.n * s.L
-        for key in BLOCK_KEYS:
+        self.keys = [key for key in BLOCK_KEYS if Ws[0]["blocks"][0][key] is not None]  # what the family has
+        for key in self.keys:
             self.register_buffer("src_" + key, torch.stack([W["blocks"][l][key] for W in Ws for l in range(s.L)]))
-        for key in ("wte", "wpe", "lnf_w", "lnf_b"):
+        self.emb_keys = [key for key in ("wte", "wpe", "lnf_w", "lnf_b") if Ws[0][key] is not None]
+        for key in self.emb_keys:
             self.register_buffer("emb_" + key, torch.stack([W[key] for W in Ws]))
         self.tied = Ws[0]["head"] is None
         if not self.tied:
             self.register_buffer("emb_head", torch.stack([W["head"] for W in Ws]))
         gen = generator(seed)
-        plan = tile_plan(1, s.d, s.h, s.f // g, n_embd, self.h1, self.f1 // g)
+        plan = tile_plan(1, s.d, s.h, s.f // g, n_embd, self.h1, self.f1 // g, r=s.r)
+        _, kv_src = kv_plan(plan.head_mem, plan.head_src, s.r)
 
         def split(src, size):
             oh = _one_hot(src, size)
@@ -100,10 +111,11 @@ class RingGrowth(nn.Module):
             return oh / cnt[None, :]
 
         res_out = _one_hot(plan.res_src, s.d)
-        res_out[plan.res_src < 0] = 1.0 / s.d  # residue coordinate = mean
+        # residue coordinate = mean (LayerNorm, LEMON) or 0 (RMSNorm)
+        res_out[plan.res_src < 0] = 1.0 / s.d if s.norm == "layernorm" else 0.0
         maps = {"res_out": res_out, "res_in": split(plan.res_src, s.d),
-                "q": _one_hot(plan.head_src, s.h), "k": _one_hot(plan.head_src, s.h),
-                "v": _one_hot(plan.head_src, s.h), "o_in": split(plan.head_src, s.h),
+                "q": _one_hot(plan.head_src, s.h), "k": _one_hot(kv_src, s.g),
+                "v": _one_hot(kv_src, s.g), "o_in": split(plan.head_src, s.h),
                 "fc_out": _one_hot(plan.mlp_src, s.f // g), "pr_in": split(plan.mlp_src, s.f // g)}
         R = self.R
         eye = torch.eye(R, dtype=torch.float64)
@@ -117,7 +129,7 @@ class RingGrowth(nn.Module):
         self.cores = nn.ParameterDict({name: core(m) for name, m in maps.items()})
         src_of = [((l // s.L) % self.n) * s.L + l % s.L for l in range(n_layer)]
         w0 = _one_hot(torch.tensor(src_of), J)
-        self.depth = nn.ParameterDict({key: core(w0, 1.0 / R) for key in BLOCK_KEYS})
+        self.depth = nn.ParameterDict({key: core(w0, 1.0 / R) for key in self.keys})
         mix = torch.zeros(self.n, dtype=torch.float64)
         mix[0] = 1.0
         self.mix = nn.Parameter(mix.to(dtype))
@@ -154,28 +166,17 @@ class RingGrowth(nn.Module):
     def _trace(self, name: str) -> torch.Tensor:
         return torch.einsum("rIir->Ii", self.cores[name]) / self.R
 
-    def materialise(self) -> dict[str, torch.Tensor]:
-        W = {key: self._weight(key) for key in BLOCK_KEYS}
+    def materialise(self, config) -> dict[str, torch.Tensor]:
+        """The grown model's state dict (the family's names for `config`), differentiable."""
+        W = {key: self._weight(key) for key in self.keys}
         A_out, A_in = self._trace("res_out"), self._trace("res_in")
-        sd = {}
-        mixed = {k: torch.einsum("m,m...->...", self.mix, getattr(self, "emb_" + k))
-                 for k in ("wte", "wpe", "lnf_w", "lnf_b")}
-        sd["transformer.wte.weight"] = mixed["wte"] @ A_out.T
-        sd["transformer.wpe.weight"] = mixed["wpe"] @ A_out.T
-        sd["transformer.ln_f.weight"] = (A_out @ mixed["lnf_w"]) * self.lnf_scale
-        sd["transformer.ln_f.bias"] = (A_out @ mixed["lnf_b"]) * self.lnf_scale
-        if not self.tied:
-            sd["lm_head.weight"] = torch.einsum("m,mvd->vd", self.mix, self.emb_head) @ A_in.T
-        for l in range(self.L1):
-            p = f"transformer.h.{l}."
-            sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = W["ln1_w"][l], W["ln1_b"][l]
-            sd[p + "attn.c_attn.weight"] = torch.cat([W["q_w"][l], W["k_w"][l], W["v_w"][l]], 1)
-            sd[p + "attn.c_attn.bias"] = torch.cat([W["q_b"][l], W["k_b"][l], W["v_b"][l]], 0)
-            sd[p + "attn.c_proj.weight"], sd[p + "attn.c_proj.bias"] = W["o_w"][l], W["o_b"][l]
-            sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = W["ln2_w"][l], W["ln2_b"][l]
-            sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = W["fc_w"][l], W["fc_b"][l]
-            sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = W["pr_w"][l], W["pr_b"][l]
-        return sd
+        mixed = {k: torch.einsum("m,m...->...", self.mix, getattr(self, "emb_" + k)) for k in self.emb_keys}
+        form = {"wte": mixed["wte"] @ A_out.T, "wpe": mixed["wpe"] @ A_out.T if "wpe" in mixed else None,
+                "lnf_w": (A_out @ mixed["lnf_w"]) * self.lnf_scale,
+                "lnf_b": (A_out @ mixed["lnf_b"]) * self.lnf_scale if "lnf_b" in mixed else None,
+                "head": None if self.tied else torch.einsum("m,mvd->vd", self.mix, self.emb_head) @ A_in.T,
+                "blocks": [{key: W[key][l] if key in W else None for key in BLOCK_KEYS} for l in range(self.L1)]}
+        return state_dict_of(form, config)
 
 
 def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr, init_noise, device):
@@ -201,27 +202,31 @@ def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr,
                 raise GrowlmError(f"batches must be LongTensor [B, T<={s.T}] of token ids < {s.V}; got {tuple(b.shape)}")
     h1 = n_embd // s.dh
     config = target_config(models[0].config, n_embd=n_embd, n_layer=n_layer, n_head=h1)
-    dev = torch.device(device) if device else models[0].transformer.wte.weight.device
+    dev = torch.device(device) if device else next(models[0].parameters()).device
     with torch.enable_grad():
         op = RingGrowth(models, n_embd=n_embd, n_layer=n_layer, rank=rank, init_noise=float(init_noise),
                         seed=seed).to(dev)
         template = empty_model(config)
         if config.tie_word_embeddings:
-            template.lm_head.weight = template.transformer.wte.weight
+            template.lm_head.weight = template.get_input_embeddings().weight
+        materialise_buffers(template)  # rotary frequencies (llama): from the config, not the operator
+        for mod in template.modules():  # those buffers go where the operator's weights are
+            for key, buf in mod._buffers.items():
+                if buf is not None and buf.device.type != "meta":
+                    mod._buffers[key] = buf.to(dev)
         template.train()
         flops = 0
         if steps > 0:
             opt = torch.optim.AdamW(op.parameters(), lr=float(lr), weight_decay=0.0)
             with FlopCounterMode(display=False) as counter:
-                sd = op.materialise()
+                sd = op.materialise(config)
                 sum(v.sum() for v in sd.values()).backward()
             mat_flops = int(counter.get_total_flops())
             opt.zero_grad(set_to_none=True)
-            per_token = train_flops_per_token(n_embd=n_embd, n_layer=n_layer, vocab_size=s.V,
-                                              context=data[0].shape[1], n_inner=config.n_inner)
+            per_token = model_train_flops_per_token(config, data[0].shape[1])
             for step in range(steps):
                 x = data[step % len(data)].to(dev)
-                out = functional_call(template, op.materialise(), args=(), kwargs={"input_ids": x, "labels": x})
+                out = functional_call(template, op.materialise(config), args=(), kwargs={"input_ids": x, "labels": x})
                 if not torch.isfinite(out.loss):
                     raise GrowlmError(f"learned growth: loss is {float(out.loss)} at operator step {step + 1}; "
                                       f"lower the option lr")
@@ -230,7 +235,7 @@ def _learned(models, *, n_embd, n_layer, n_head, seed, rank, steps, batches, lr,
                 opt.zero_grad(set_to_none=True)
                 flops += per_token * x.numel() + mat_flops
         with torch.no_grad():
-            sd = {k: v.detach().to("cpu") for k, v in op.materialise().items()}
+            sd = {k: v.detach().to("cpu") for k, v in op.materialise(config).items()}
     model = load_into(empty_model(config), sd)
     model.growlm_growth_flops = int(flops)
     return model

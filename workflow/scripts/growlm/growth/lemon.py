@@ -16,6 +16,13 @@ lm_head has its copied columns divided by k instead.
 Depth (L1 > L0): new blocks whose writers (attn and MLP c_proj, with biases) are zero, so each is
 an identity at step 0; their other weights are copied from the next source block (AKI-style, the
 last block for blocks on top).
+
+Llama family (RMSNorm subtracts no mean): the mean-padded residue would add mean(x)^2 to the mean
+square and break the norm, so there the residue coordinates hold 0 instead (writers' and embeddings'
+residue columns zero). The mean square of the grown residual is then s = k d0 / d1 times the
+source's, and RMSNorm stays exact with gamma' = sqrt(s) * tiled gamma and eps' = s * eps: the same
+rescaling as LayerNorm's, for the same reason (the normaliser scales by sqrt(s)). Heads are copied
+in whole groups of r query heads with their key/value head (`growlm.growth.common.kv_plan`).
 """
 
 from __future__ import annotations
@@ -23,11 +30,15 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (WidthEngine, generator, insertion_plan, mlp_width, pack, target_config,
-                                  tile_plan, unpack)
+from growlm.growth.common import (WRITER_KEYS, WidthEngine, generator, insertion_plan, mlp_width, norm_eps, pack,
+                                  target_config, tile_plan, unpack)
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
+
+
+def h1_of(config) -> int:
+    return ModelShape.of(config).h
 
 
 def widen(model, n_embd: int, *, seed: int, noise: float, residue_std: float):
@@ -35,11 +46,11 @@ def widen(model, n_embd: int, *, seed: int, noise: float, residue_std: float):
     s = ModelShape.of(model)
     h1 = check_heads(s, n_embd, None, "lemon")
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
-    plan = tile_plan(1, s.d, s.h, s.f, n_embd, h1, f1)
+    plan = tile_plan(1, s.d, s.h, s.f, n_embd, h1, f1, r=s.r)
     eng = WidthEngine([unpack(model)], s, plan, gen=generator(seed), noise=noise, noise_mode="centered",
                       residue_std=residue_std)
     W = eng.grow()
-    eps = float(eng.group_eps(model.config.layer_norm_epsilon)[0])
+    eps = float(eng.group_eps(norm_eps(model.config))[0])
     return W, target_config(model.config, n_embd=n_embd, n_layer=s.L, n_head=h1, eps=eps)
 
 
@@ -54,9 +65,9 @@ def deepen_zero(blocks: list[dict], n_layer: int, position: str) -> list[dict]:
             last = p
         else:
             src = blocks[min(last + 1, L0 - 1)]
-            blk = {k: v.clone() for k, v in src.items()}
-            for k in ("o_w", "o_b", "pr_w", "pr_b"):
-                blk[k] = torch.zeros_like(blk[k])
+            blk = {k: None if v is None else v.clone() for k, v in src.items()}
+            for k in WRITER_KEYS:
+                blk[k] = None if blk[k] is None else torch.zeros_like(blk[k])
             out.append(blk)
     return out
 
@@ -80,5 +91,5 @@ def lemon(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed:
     W, config = widen(src, n_embd, seed=seed, noise=float(noise), residue_std=float(residue_std))
     if n_layer > s.L:
         W = {**W, "blocks": deepen_zero(W["blocks"], n_layer, position)}
-        config = target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=config.n_head, n_inner=config.n_inner)
+        config = target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=h1_of(config), n_inner="same")
     return pack(W, config)

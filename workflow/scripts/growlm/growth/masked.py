@@ -1,25 +1,31 @@
-"""GrownGPT2: a GPT-2 with growth masks and grouped LayerNorm, ramped into a plain GPT-2.
+"""GrownModel: a model with growth masks and grouped norms, ramped into a plain model of its family.
 
-Used by `msg` (Masked Structural Growth) and `concat` (n members side by side). It wraps a plain
-`GPT2LMHeadModel` (`.gpt2`, the weights the optimizer trains) and evaluates it with three ramps,
-each 0 at step 0 and 1 when done:
+Used by `msg` (Masked Structural Growth), `msg_members` and `concat` (n members side by side). It
+wraps a plain model of either family (`.inner`: a `GPT2LMHeadModel` or `LlamaForCausalLM`, the
+weights the optimizer trains) and evaluates it with three ramps, each 0 at step 0 and 1 when done:
 
 * masks (MSG): new residual coordinates, heads, MLP units and blocks have their outputs multiplied
   by c_mask (embeddings and writers on new coordinates, head outputs before c_proj, MLP activations,
   LN outputs on new coordinates, and the residual branches of new blocks:
-  x <- x + c * Block(x)); LN statistics are weighted by the residual mask, so at c=0 the old
-  coordinates see exactly the source model whatever the new weights are.
+  x <- x + c * Block(x)); the norm's statistics are weighted by the residual mask (LayerNorm: the
+  mean and variance; RMSNorm: the mean square), so at c=0 the old coordinates see exactly the source
+  model whatever the new weights are.
 * cross (concat, cross="random"): weights connecting different members' units are multiplied by
   c_cross.
-* ln (concat): LN mean and variance are computed per member group and mixed into the full-width
-  ones: mu_c = (1-c) mu_group + c mu_all, var_c = (1-c) var_group + c var_all,
-  eps_c = (1-c) eps_group + c eps (each group may have its own eps after LEMON padding).
+* ln (concat): the norm's statistics are computed per member group and mixed into the full-width
+  ones: mu_c = (1-c) mu_group + c mu_all, var_c = (1-c) var_group + c var_all (RMSNorm: the mean
+  square alike), eps_c = (1-c) eps_group + c eps (each group may have its own eps after padding).
+
+The masks and norms are written once here; the family (`growlm.families`) computes a block's
+attention and MLP from its live modules (GPT-2's fused c_attn, Llama's rotary positions and
+grouped-query attention, a gated MLP), with the head and MLP-unit masks and the cross-member
+factors applied where they belong.
 
 Protocol: `growth_step(step)` (the training loop calls it before every step) sets the ramps;
-`ramp_done` is True once every ramp is at 1, and then the module computes exactly its inner GPT-2
-(it delegates to it); `to_gpt2()` returns that inner GPT2LMHeadModel (sharing the parameters), and
-raises GrowlmError before the ramps are done. `config` is the inner model's config (FLOPs etc.).
-`export()` / `GrownGPT2.restore()` give a JSON-able description + a flat tensor dict (no pickle),
+`ramp_done` is True once every ramp is at 1, and then the module computes exactly its inner model
+(it delegates to it); `to_plain()` returns that inner model (sharing the parameters), and raises
+GrowlmError before the ramps are done. `config` is the inner model's config (FLOPs etc.).
+`export()` / `GrownModel.restore()` give a JSON-able description + a flat tensor dict (no pickle),
 used by `growlm.growth.save_grown` / `load_grown`.
 """
 
@@ -28,37 +34,44 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import empty_model, load_into, pack, ramp, target_config, unpack, with_blocks
+from growlm.families import FAMILY, family_of
+from growlm.growth.common import empty_model, load_into, norm_eps, pack, ramp, target_config, unpack, with_blocks
+from growlm.shape import ModelShape
 
 MASK_KEYS = ("res_new", "head_new", "mlp_new", "block_new")
 GROUP_KEYS = ("res_group", "head_group", "mlp_group", "group_eps")
 
 
-class GrownGPT2(nn.Module):
-    def __init__(self, gpt2: GPT2LMHeadModel, spec: dict, buffers: dict[str, torch.Tensor], step: int = 0):
+class GrownModel(nn.Module):
+    def __init__(self, inner, spec: dict, buffers: dict[str, torch.Tensor], step: int = 0):
         super().__init__()
-        self.gpt2 = gpt2
+        self.inner = inner
+        self.family = family_of(inner)
+        self._shape = ModelShape.of(inner)
         self.spec = {"ramp_steps": 0, "ln_ramp_steps": 0, "cross_masked": False, "kind": "grown", **spec}
         self.has_masks = all(k in buffers for k in MASK_KEYS)
         self.has_groups = all(k in buffers for k in GROUP_KEYS)
         if not self.has_masks and not self.has_groups:
-            raise ValueError("GrownGPT2 needs mask buffers or group buffers")
+            raise ValueError("GrownModel needs mask buffers or group buffers")
         for k, v in buffers.items():
             self.register_buffer(k, v.clone())
         if self.has_groups:
             G = int(self.group_eps.numel())
-            self.register_buffer("_onehot", F.one_hot(self.res_group, G).to(self.gpt2.dtype), persistent=False)
+            self.register_buffer("_onehot", F.one_hot(self.res_group, G).to(self.inner.dtype), persistent=False)
         self.step = 0
         self.growth_step(step)
 
     # -- protocol ---------------------------------------------------------------------------------
     @property
-    def config(self) -> GPT2Config:
-        return self.gpt2.config
+    def config(self):
+        return self.inner.config
+
+    @property
+    def shape(self) -> ModelShape:
+        return self._shape
 
     def growth_step(self, step: int) -> None:
         self.step = int(step)
@@ -78,35 +91,31 @@ class GrownGPT2(nn.Module):
     def ramp_done(self) -> bool:
         return self.c_mask >= 1.0 and self.c_cross >= 1.0 and self.c_ln >= 1.0
 
-    def to_gpt2(self) -> GPT2LMHeadModel:
+    def to_plain(self):
         if not self.ramp_done:
             raise GrowlmError(
                 f"the {self.spec['kind']} growth ramps are not complete at step {self.step} "
                 f"(ramp_steps={self.spec['ramp_steps']}, ln_ramp_steps={self.spec['ln_ramp_steps']}); "
-                f"train at least that many steps before converting to a plain GPT-2")
-        return self.gpt2
+                f"train at least that many steps before converting to a plain {self.family.name} model")
+        return self.inner
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.gpt2.dtype
+        return self.inner.dtype
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, input_ids: torch.LongTensor, labels: torch.LongTensor | None = None,
                 attention_mask: torch.Tensor | None = None, **kwargs):
         if self.ramp_done:
-            return self.gpt2(input_ids=input_ids, labels=labels, attention_mask=attention_mask, **kwargs)
+            return self.inner(input_ids=input_ids, labels=labels, attention_mask=attention_mask, **kwargs)
         return self.masked_forward(input_ids, labels=labels, attention_mask=attention_mask)
 
     def masked_forward(self, input_ids: torch.LongTensor, labels: torch.LongTensor | None = None,
                        attention_mask: torch.Tensor | None = None):
-        """The forward pass with the current ramps (at all ramps = 1 it equals `self.gpt2`)."""
+        """The forward pass with the current ramps (at all ramps = 1 it equals `self.inner`)."""
         if attention_mask is not None and not bool(attention_mask.all()):
-            raise GrowlmError("GrownGPT2 supports only full (causal) attention before its ramps are done")
-        t = self.gpt2.transformer
-        cfg = self.config
-        d, H = cfg.n_embd, cfg.n_head
-        dh = d // H
-        B, T = input_ids.shape
+            raise GrowlmError("a grown model supports only full (causal) attention before its ramps are done")
+        fam, model = self.family, self.inner
         m_res = m_head = m_mlp = None
         if self.has_masks:
             keep = 1.0 - self.c_mask
@@ -114,70 +123,50 @@ class GrownGPT2(nn.Module):
             m_head = 1.0 - keep * self.head_new
             m_mlp = 1.0 - keep * self.mlp_new
             m_block = 1.0 - keep * self.block_new
-        pos = torch.arange(T, device=input_ids.device)
-        x = t.wte(input_ids) + t.wpe(pos)[None]
+        x = fam.embed(model, input_ids)
         if m_res is not None:
             x = x * m_res.to(x.dtype)
         cross = self._cross_factors() if self.c_cross < 1.0 else None
-        for l, blk in enumerate(t.h):
+        for l, blk in enumerate(fam.blocks(model)):
             mb = m_block[l].to(x.dtype) if self.has_masks else 1.0
-            h = self._ln(x, blk.ln_1, m_res)
-            w = blk.attn.c_attn.weight
-            if cross is not None:
-                w = w * cross["qkv"].to(w.dtype)
-            qkv = h @ w + blk.attn.c_attn.bias
-            q, k, v = (z.reshape(B, T, H, dh).transpose(1, 2) for z in qkv.split(d, dim=-1))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=blk.attn.scaling)
-            if m_head is not None:
-                a = a * m_head.to(a.dtype)[None, :, None, None]
-            a = a.transpose(1, 2).reshape(B, T, d)
-            w = blk.attn.c_proj.weight
-            if cross is not None:
-                w = w * cross["o"].to(w.dtype)
-            o = a @ w + blk.attn.c_proj.bias
+            norm1, norm2 = fam.norms(blk)
+            o = fam.attention(model, l, self._ln(x, norm1, m_res), cross=cross, m_head=m_head)
             if m_res is not None:
                 o = o * m_res.to(o.dtype)
             x = x + mb * o
-            h = self._ln(x, blk.ln_2, m_res)
-            w = blk.mlp.c_fc.weight
-            if cross is not None:
-                w = w * cross["fc"].to(w.dtype)
-            u = blk.mlp.act(h @ w + blk.mlp.c_fc.bias)
-            if m_mlp is not None:
-                u = u * m_mlp.to(u.dtype)
-            w = blk.mlp.c_proj.weight
-            if cross is not None:
-                w = w * cross["pr"].to(w.dtype)
-            p = u @ w + blk.mlp.c_proj.bias
+            p = fam.mlp(model, l, self._ln(x, norm2, m_res), cross=cross, m_mlp=m_mlp)
             if m_res is not None:
                 p = p * m_res.to(p.dtype)
             x = x + mb * p
-        x = self._ln(x, t.ln_f, m_res)
-        logits = self.gpt2.lm_head(x)
+        x = self._ln(x, fam.final_norm(model), m_res)
+        logits = fam.logits(model, x)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
         return CausalLMOutput(loss=loss, logits=logits)
 
-    def _ln(self, x: torch.Tensor, ln: nn.LayerNorm, m_res: torch.Tensor | None) -> torch.Tensor:
+    def _ln(self, x: torch.Tensor, ln: nn.Module, m_res: torch.Tensor | None) -> torch.Tensor:
+        """The family's norm (LayerNorm, or RMSNorm: no mean, no bias) with mask-weighted statistics,
+        per member group faded into full width (see the module docstring)."""
+        rms = self.shape.norm == "rmsnorm"
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         w = None if m_res is None else m_res.to(xf.dtype)
-        eps = float(self.config.layer_norm_epsilon)
+        eps = norm_eps(self.config)
         mu = var = None
         if not self.has_groups or self.c_ln > 0:
             if w is None:
-                mu = xf.mean(-1, keepdim=True)
+                mu = torch.zeros_like(xf[..., :1]) if rms else xf.mean(-1, keepdim=True)
                 var = (xf - mu).pow(2).mean(-1, keepdim=True)
             else:
                 tot = w.sum()
-                mu = (xf * w).sum(-1, keepdim=True) / tot
+                mu = torch.zeros_like(xf[..., :1]) if rms else (xf * w).sum(-1, keepdim=True) / tot
                 var = ((xf - mu).pow(2) * w).sum(-1, keepdim=True) / tot
         if self.has_groups and self.c_ln < 1:
             G = self._onehot.to(xf.dtype)
             wG = G if w is None else G * w[:, None]
             cnt = wG.sum(0)
-            mu_g = ((xf @ wG) / cnt)[..., self.res_group]
+            mu_g = torch.zeros_like(xf) if rms else ((xf @ wG) / cnt)[..., self.res_group]
             var_g = (((xf - mu_g).pow(2) @ wG) / cnt)[..., self.res_group]
             eps_g = self.group_eps.to(xf.dtype)[self.res_group]
             c = self.c_ln
@@ -185,55 +174,67 @@ class GrownGPT2(nn.Module):
                 mu, var, eps = mu_g, var_g, eps_g
             else:
                 mu, var, eps = (1 - c) * mu_g + c * mu, (1 - c) * var_g + c * var, (1 - c) * eps_g + c * eps
-        y = (xf - mu) / torch.sqrt(var + eps) * ln.weight.to(xf.dtype) + ln.bias.to(xf.dtype)
+        y = (xf - mu) / torch.sqrt(var + eps) * ln.weight.to(xf.dtype)
+        if getattr(ln, "bias", None) is not None:
+            y = y + ln.bias.to(xf.dtype)
         if w is not None:
             y = y * w
         return y.to(x.dtype)
 
     def _cross_factors(self) -> dict[str, torch.Tensor]:
-        """1 on weights within a member, c_cross on weights between members."""
-        dh = self.config.n_embd // self.config.n_head
-        hc = self.head_group.repeat_interleave(dh)
+        """1 on weights within a member, c_cross on weights between members, per matrix of the weight
+        form ((in, out) orientation): q (residual -> query channels), k and v (residual -> key/value
+        channels), o, fc (and a gated MLP's gate), pr."""
+        s = self.shape
+        hc = self.head_group.repeat_interleave(s.dh)
+        kvc = self.head_group[::s.r].repeat_interleave(s.dh)
         keep = 1.0 - self.c_cross
 
         def f(a, b):
-            return 1.0 - keep * (a[:, None] != b[None, :]).to(self.gpt2.dtype)
+            return 1.0 - keep * (a[:, None] != b[None, :]).to(self.inner.dtype)
 
-        return {"qkv": f(self.res_group, hc.repeat(3)), "o": f(hc, self.res_group),
+        qk = f(self.res_group, hc)
+        return {"q": qk, "k": f(self.res_group, kvc), "v": f(self.res_group, kvc), "o": f(hc, self.res_group),
                 "fc": f(self.res_group, self.mlp_group), "pr": f(self.mlp_group, self.res_group)}
 
     # -- structure edits (depth operators after concat) ---------------------------------------------
-    def with_blocks(self, blocks: list[dict], block_map: list[int | None]) -> "GrownGPT2":
-        c = self.config
-        W = with_blocks(unpack(self.gpt2), blocks)
-        core = pack(W, target_config(c, n_embd=c.n_embd, n_layer=len(blocks), n_head=c.n_head, n_inner=c.n_inner))
+    def with_blocks(self, blocks: list[dict], block_map: list[int | None]) -> "GrownModel":
+        s = self.shape
+        W = with_blocks(unpack(self.inner), blocks)
+        core = pack(W, target_config(self.config, n_embd=s.d, n_layer=len(blocks), n_head=s.h, n_inner=s.n_inner))
         bufs = {k: getattr(self, k) for k in MASK_KEYS + GROUP_KEYS if hasattr(self, k)}
         if self.has_masks:
             old = self.block_new
             bufs["block_new"] = torch.stack([old[j] if j is not None else torch.zeros_like(old[0])
                                              for j in block_map])
-        return GrownGPT2(core, self.spec, bufs, self.step)
+        return GrownModel(core, self.spec, bufs, self.step)
 
     # -- serialisation ----------------------------------------------------------------------------
     def export(self) -> tuple[dict, dict[str, torch.Tensor]]:
         tensors = {}
         tied = bool(self.config.tie_word_embeddings)
-        for k, v in self.gpt2.state_dict().items():
+        for k, v in self.inner.state_dict().items():
             if tied and k == "lm_head.weight":
                 continue
-            tensors["gpt2." + k] = v.detach().contiguous().cpu()
+            tensors["inner." + k] = v.detach().contiguous().cpu()
         for k in MASK_KEYS + GROUP_KEYS:
             if hasattr(self, k):
                 tensors["growlm." + k] = getattr(self, k).detach().contiguous().cpu()
-        meta = {"class": "GrownGPT2", "config": self.config.to_dict(), "spec": self.spec, "step": self.step}
+        meta = {"class": "GrownModel", "family": self.family.name, "config": self.config.to_dict(), "spec": self.spec,
+                "step": self.step}
         return meta, tensors
 
     @classmethod
-    def restore(cls, meta: dict, tensors: dict[str, torch.Tensor]) -> "GrownGPT2":
+    def restore(cls, meta: dict, tensors: dict[str, torch.Tensor]) -> "GrownModel":
+        fam = FAMILY[meta.get("family", "gpt2")]
         cd = {k: v for k, v in meta["config"].items() if k not in ("architectures", "transformers_version")}
-        config = GPT2Config(**cd)
+        config = fam.config_class(**cd)
         config._attn_implementation = "sdpa"
-        sd = {k[5:]: v for k, v in tensors.items() if k.startswith("gpt2.")}
+        prefix = "inner." if any(k.startswith("inner.") for k in tensors) else "gpt2."  # before 0.2: "gpt2."
+        sd = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
         core = load_into(empty_model(config), sd)
         bufs = {k[7:]: v for k, v in tensors.items() if k.startswith("growlm.")}
         return cls(core, meta["spec"], bufs, int(meta.get("step", 0)))
+
+
+GrownGPT2 = GrownModel  # the name before the Llama family; plugins may use it

@@ -1,15 +1,23 @@
 """MSG: Masked Structural Growth (Yao et al., ICLR 2024).
 
 The source's weights are copied in place (top-left of every grown matrix: old residual
-coordinates, old heads, old MLP units first; old blocks at their positions), every new weight is
-random (GPT-2's init: N(0, 0.02), writers N(0, 0.02/sqrt(2 L1)), biases 0, new LN gamma 1 beta 0).
-The outputs of every new unit are multiplied by a mask c ramping 0 -> 1 over `ramp_steps` refine
-steps: new residual coordinates (embeddings, writers and LN outputs there), new heads (before the
-attention c_proj), new MLP units (after the activation), new blocks (x <- x + c Block(x) on both
-residual branches); LN statistics are mask-weighted means over the coordinates. At c = 0 the
-grown model computes exactly the source model whatever the new weights are.
+coordinates, old heads and key/value heads, old MLP units first; old blocks at their positions),
+every new weight is random (GPT-2's init: N(0, 0.02), writers N(0, 0.02/sqrt(2 L1)), biases 0, new
+norm gains 1, biases 0). The outputs of every new unit are multiplied by a mask c ramping 0 -> 1
+over `ramp_steps` refine steps: new residual coordinates (embeddings, writers and norm outputs
+there), new query heads (before the attention output projection), new MLP units (after the
+activation; for a gated MLP after silu(gate) * up), new blocks (x <- x + c Block(x) on both residual
+branches); the norm's statistics are mask-weighted over the coordinates. At c = 0 the grown model
+computes exactly the source model whatever the new weights are.
 
-Returns a `GrownGPT2` (see masked.py): growth_step / ramp_done / to_gpt2.
+In the Llama family the same holds with the masked RMSNorm (the mask-weighted mean square of the
+old coordinates is the source's) and grouped-query attention: the old query heads are the first h0
+and their key/value heads the first g0, so old query head i still reads old key/value head i // r
+(r is kept: h1 = d1 / dh, g1 = h1 / r); new query heads may read old or new key/value heads, but their
+outputs are masked. Rotary positions need nothing: the head size is kept, so each old head rotates
+as before.
+
+Returns a `GrownModel` (see masked.py): growth_step / ramp_done / to_plain.
 """
 
 from __future__ import annotations
@@ -19,8 +27,8 @@ import math
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import generator, insertion_plan, mlp_width, pack, target_config, unpack
-from growlm.growth.masked import GrownGPT2
+from growlm.growth.common import generator, init_std as family_std, insertion_plan, pack, target_config, unpack
+from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
@@ -46,10 +54,10 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     src = models[0]
     s = ModelShape.of(src)
     h1 = check_heads(s, n_embd, n_head, "msg")
-    f1 = mlp_width(src.config, n_embd) or 4 * n_embd
+    big = s.resized(n_embd=n_embd, n_layer=n_layer, n_head=h1)
     old = unpack(src)
     dtype = old["wte"].dtype
-    std = float(init_std if init_std is not None else src.config.initializer_range)
+    std = float(init_std if init_std is not None else family_std(src.config))
     std_w = std / math.sqrt(2 * n_layer)
     gen = generator(seed)
 
@@ -62,22 +70,30 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     def ones(k):
         return torch.ones(k, dtype=dtype)
 
+    d1, f1, kv1 = n_embd, big.f, big.g * big.dh
+    like = old["blocks"][0]  # which parts the family has (None: no such bias, no gate)
+
     def new_block():
-        return {"ln1_w": ones(n_embd), "ln1_b": zeros(n_embd), "q_w": rnd(n_embd, n_embd), "q_b": zeros(n_embd),
-                "k_w": rnd(n_embd, n_embd), "k_b": zeros(n_embd), "v_w": rnd(n_embd, n_embd), "v_b": zeros(n_embd),
-                "o_w": rnd(n_embd, n_embd, sd=std_w), "o_b": zeros(n_embd), "ln2_w": ones(n_embd),
-                "ln2_b": zeros(n_embd), "fc_w": rnd(n_embd, f1), "fc_b": zeros(f1),
-                "pr_w": rnd(f1, n_embd, sd=std_w), "pr_b": zeros(n_embd)}
+        # the draw order is GPT-2's (q, k, v, o, fc, pr), so a GPT-2 grows as it always did
+        blk = {"ln1_w": ones(d1), "ln1_b": zeros(d1), "q_w": rnd(d1, d1), "q_b": zeros(d1),
+               "k_w": rnd(d1, kv1), "k_b": zeros(kv1), "v_w": rnd(d1, kv1), "v_b": zeros(kv1),
+               "o_w": rnd(d1, d1, sd=std_w), "o_b": zeros(d1), "ln2_w": ones(d1),
+               "ln2_b": zeros(d1), "fc_w": rnd(d1, f1), "fc_b": zeros(f1),
+               "pr_w": rnd(f1, d1, sd=std_w), "pr_b": zeros(d1)}
+        blk["gate_w"], blk["gate_b"] = (rnd(d1, f1), zeros(f1)) if like["gate_w"] is not None else (None, None)
+        return {k: None if like[k] is None else v for k, v in blk.items()}
 
     plan = insertion_plan(s.L, n_layer, position)
     blocks = []
     for p in plan:
         blk = new_block()
         if p is not None:
-            blk = {k: _embed(v, old["blocks"][p][k]) for k, v in blk.items()}
+            blk = {k: None if v is None else _embed(v, old["blocks"][p][k]) for k, v in blk.items()}
         blocks.append(blk)
-    W = {"wte": _embed(rnd(s.V, n_embd), old["wte"]), "wpe": _embed(rnd(s.T, n_embd), old["wpe"]),
-         "lnf_w": _embed(ones(n_embd), old["lnf_w"]), "lnf_b": _embed(zeros(n_embd), old["lnf_b"]),
+    W = {"wte": _embed(rnd(s.V, n_embd), old["wte"]),
+         "wpe": None if old["wpe"] is None else _embed(rnd(s.T, n_embd), old["wpe"]),
+         "lnf_w": _embed(ones(n_embd), old["lnf_w"]),
+         "lnf_b": None if old["lnf_b"] is None else _embed(zeros(n_embd), old["lnf_b"]),
          "head": None if old["head"] is None else _embed(rnd(s.V, n_embd), old["head"]), "blocks": blocks}
     core = pack(W, target_config(src.config, n_embd=n_embd, n_layer=n_layer, n_head=h1))
     if ramp_steps == 0 or (n_embd == s.d and n_layer == s.L):
@@ -85,4 +101,4 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     f = lambda k, k0: (torch.arange(k) >= k0).to(dtype)  # noqa: E731
     bufs = {"res_new": f(n_embd, s.d), "head_new": f(h1, s.h), "mlp_new": f(f1, s.f),
             "block_new": torch.tensor([0.0 if p is not None else 1.0 for p in plan], dtype=dtype)}
-    return GrownGPT2(core, {"kind": "msg", "ramp_steps": int(ramp_steps)}, bufs)
+    return GrownModel(core, {"kind": "msg", "ramp_steps": int(ramp_steps)}, bufs)

@@ -12,6 +12,11 @@ residual stream with *uneven* copy counts changes the LayerNorm statistics, so t
 function-preserving in general (bert2BERT: "almost"); it is exact when d1 is a multiple of d0 and
 mapping="cyclic" (then it equals HyperCloning). Registered as not exact.
 
+Llama family: the same, with RMSNorm (uneven copies change the mean square as they change LayerNorm's
+statistics: exact only with mapping="cyclic" and d1 a multiple of d0), heads mapped in whole groups
+of r query heads with their key/value head (a group copies a random source group), and the gated
+MLP's gate columns copied with the up columns.
+
 Depth: Net2Net is width only (chain 'zero_block' for its identity-layer deepening). FPI and AKI
 stack the widened block list (123123, bert2BERT's default). AKI additionally takes the new output
 units of layer l (new residual coordinates written by its c_proj's, new heads' Q/K/V, new MLP
@@ -44,8 +49,10 @@ def _widen(model, n_embd: int, *, seed: int, noise: float, mapping: str, name: s
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
     gen = generator(seed)
     z = lambda k: torch.zeros(k, dtype=torch.long)  # noqa: E731
-    plan = WidthPlan(1, z(n_embd), _map(s.d, n_embd, mapping, gen), z(h1), _map(s.h, h1, mapping, gen),
-                     z(f1), _map(s.f, f1, mapping, gen))
+    res_map = _map(s.d, n_embd, mapping, gen)
+    groups = _map(s.g, h1 // s.r, mapping, gen)  # whole groups of r query heads (r = 1: the heads)
+    head_map = (groups[:, None] * s.r + torch.arange(s.r)[None, :]).reshape(-1)
+    plan = WidthPlan(1, z(n_embd), res_map, z(h1), head_map, z(f1), _map(s.f, f1, mapping, gen))
     if noise < 0:
         raise GrowlmError(f"{name}: noise must be >= 0")
     W = WidthEngine([unpack(model)], s, plan, gen=gen, noise=float(noise), noise_mode="centered").grow()
@@ -77,7 +84,7 @@ def fpi(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     """
     W, config, _ = _widen(models[0], n_embd, seed=seed, noise=noise, mapping=mapping, name="fpi")
     W = {**W, "blocks": _stack_blocks(W["blocks"], n_layer)}
-    return pack(W, target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=config.n_head, n_inner=config.n_inner))
+    return pack(W, target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=ModelShape.of(config).h))
 
 
 @implements("aki")
@@ -87,25 +94,23 @@ def aki(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     layer l+1 (not function-preserving by design), then stacking for depth. Uses the first member.
     """
     W, config, s = _widen(models[0], n_embd, seed=seed, noise=noise, mapping=mapping, name="aki")
-    new_res = torch.arange(n_embd) >= s.d
-    new_hc = torch.arange(n_embd) >= s.h * s.dh
-    f1 = W["blocks"][0]["fc_b"].numel()
-    new_mlp = torch.arange(f1) >= s.f
+    big = ModelShape.of(config)
+    new = {"res": torch.arange(n_embd) >= s.d, "hc": torch.arange(n_embd) >= s.h * s.dh,
+           "kvc": torch.arange(big.g * big.dh) >= s.g * s.dh, "mlp": torch.arange(big.f) >= s.f}
+    outputs = {"q": "hc", "k": "kvc", "v": "kvc", "o": "res", "pr": "res", "fc": "mlp", "gate": "mlp"}
     fpi_blocks = W["blocks"]
     blocks = []
     for l, blk in enumerate(fpi_blocks):
         if l + 1 >= len(fpi_blocks):
             blocks.append(blk)
             continue
-        nxt, b = fpi_blocks[l + 1], {k: v.clone() for k, v in blk.items()}
-        for p in ("q", "k", "v"):
-            b[p + "_w"][:, new_hc] = nxt[p + "_w"][:, new_hc]
-            b[p + "_b"][new_hc] = nxt[p + "_b"][new_hc]
-        for p in ("o", "pr"):
-            b[p + "_w"][:, new_res] = nxt[p + "_w"][:, new_res]
-            b[p + "_b"][new_res] = nxt[p + "_b"][new_res]
-        b["fc_w"][:, new_mlp] = nxt["fc_w"][:, new_mlp]
-        b["fc_b"][new_mlp] = nxt["fc_b"][new_mlp]
+        nxt, b = fpi_blocks[l + 1], {k: None if v is None else v.clone() for k, v in blk.items()}
+        for p, axis in outputs.items():  # the new output units of layer l come from layer l + 1
+            cols = new[axis]
+            if b[p + "_w"] is not None:
+                b[p + "_w"][:, cols] = nxt[p + "_w"][:, cols]
+            if b[p + "_b"] is not None:
+                b[p + "_b"][cols] = nxt[p + "_b"][cols]
         blocks.append(b)
     W = {**W, "blocks": _stack_blocks(blocks, n_layer)}
-    return pack(W, target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=config.n_head, n_inner=config.n_inner))
+    return pack(W, target_config(config, n_embd=n_embd, n_layer=n_layer, n_head=big.h))

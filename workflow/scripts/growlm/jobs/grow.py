@@ -27,6 +27,7 @@ from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_mom
 from growlm.profiling.ranges import phase
 from growlm.schedules.apollo import apollo_schedule
 from growlm.schedules.vcycle import coalesce, decoalesce, interpolate
+from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
@@ -52,7 +53,7 @@ def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=N
     naming the operator and the options it was given (nothing is saved)."""
     shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if k != "batches") or "its default options"
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
-    context = int(model.config.n_positions)
+    context = ModelShape.of(getattr(model, "inner", model)).T
     tokens = load_tokens(data_file) if data_file is not None else None
     if not bad and tokens is not None and tokens.size >= context:
         rows = min(2, tokens.size // context)

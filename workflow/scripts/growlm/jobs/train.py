@@ -41,8 +41,8 @@ def processes_for(gpus: int) -> int:
 
 
 def _save(model, summary: dict, plan_path: Path, *, out_dir: Path, ckpt: Path, tokenizer_dir, info: dict) -> None:
-    if hasattr(model, "to_gpt2"):
-        model = model.to_gpt2()
+    if hasattr(model, "to_plain"):  # a grown model with growth masks: a plain model by now
+        model = model.to_plain()
     save_model(model, out_dir, tokenizer_dir=tokenizer_dir, extra={**info, "train": summary})
     shutil.copy(ckpt / "ledger.csv", out_dir / "ledger.csv")
     shutil.copy(plan_path, out_dir / "plan.json")
@@ -160,10 +160,10 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
 def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
     """The members' shared trunk, as the start of one member's branch; it must have the member's shape."""
     model = load_model(trunk_dir)
-    c = model.config
+    c = ModelShape.of(model)
     want = (spec["n_embd"], spec["n_layer"], spec["vocab_size"])
-    if (c.n_embd, c.n_layer, c.vocab_size) != want:
-        raise GrowlmError(f"the trunk {trunk_dir} has width {c.n_embd}, depth {c.n_layer}, vocabulary {c.vocab_size}, "
+    if (c.d, c.L, c.V) != want:
+        raise GrowlmError(f"the trunk {trunk_dir} has width {c.d}, depth {c.L}, vocabulary {c.V}, "
                           f"not the member's {want}; rebuild it and continue with "
                           f"`{hints.rebuild(Path(trunk_dir) / 'model.safetensors')}`")
     return model

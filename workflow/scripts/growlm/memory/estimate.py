@@ -57,6 +57,14 @@ stream and LayerNorm outputs stay fp32 under autocast because the weights are fp
                    is recomputed whole; recomputing blocks are 0, k, 2k, ...)
   peak           = static + activations(n) + workspace (64 MiB on CUDA, for cuBLAS/SDPA workspaces)
 
+  The Llama block (`llama_block_activations`, transformers' LlamaDecoderLayer with SDPA; grouped-
+  query attention runs inside SDPA, so the key/value heads are not repeated; g dh key/value channels):
+      a_block = 2 (2 s_r d + 4)   (two RMSNorms, eager in fp32: input, normalised value, 1/rms)
+              + s_a (2 d + 2 g dh)  (norm output kept by q/k/v; q, k after rotary and v kept by SDPA)
+              + s_a d + 4 h + s_a d  (SDPA output, logsumexp; second norm's output)
+              + 4 s_a f              (gate out, SiLU out, up out, their product)
+      a_trans = 3 s_a f + s_r d;  the final norm keeps 2 s_r d + 4.
+
   On the CPU (fp32, one process) the training loop computes head + loss in chunks
   (`growlm.loss.FusedHeadCrossEntropy`, chunk = max(64, 2^20 / V) rows): there a_logits = 0, the
   head keeps ln_f's input and 8 d per token (ln_f output and its gradient), and the dynamic term is
@@ -199,6 +207,21 @@ def n_recomputed(n_layer: int, every: int) -> int:
     return 0 if every <= 0 else math.ceil(n_layer / every)
 
 
+def llama_block_activations(s: ModelShape, s_a: int, s_r: int) -> tuple[int, int, int]:
+    """(saved bytes per token of one Llama block, its backward's transient, the final norm's saved
+    bytes): what transformers' LlamaDecoderLayer keeps with SDPA (grouped-query attention inside
+    SDPA, no repeated key/value heads) - see the module docstring."""
+    d, f, h, kv = s.d, s.f, s.h, s.g * s.dh
+    rms = 2 * s_r * d + 4  # RMSNorm (eager, in fp32): its input and the normalised value, and 1/rms
+    a_block = (2 * rms  # two norms
+               + s_a * (d + d + 2 * kv)  # norm output (kept by q/k/v), q and k after rotary, v (kept by SDPA)
+               + s_a * d + 4 * h  # SDPA output (kept by o_proj) and its logsumexp
+               + s_a * d  # second norm's output (kept by gate and up)
+               + 4 * s_a * f)  # gate out (kept by SiLU), SiLU out and up out (kept by the product), product
+    a_trans = 3 * s_a * f + s_r * d  # the gated MLP's gradients and the incoming gradient
+    return a_block, a_trans, rms
+
+
 def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "fp32",
                     recompute_every: int = 0, strategy: str = "single", n_devices: int = 1,
                     device_type: str = "cpu", fused_head: bool | None = None,
@@ -227,13 +250,17 @@ def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "
         gathered = 2 * 4 * s.root_params + 3 * 4 * s.block_params
     else:
         raise GrowlmError(f"unknown strategy {strategy!r}; one of {STRATEGIES}")
-    a_block = (2 * s_r + 6 * s_a) * d + 2 * s_a * f + 4 * h + 16
+    if s.family == "llama":
+        a_block, a_trans, a_final = llama_block_activations(s, s_a, s_r)
+    else:
+        a_block = (2 * s_r + 6 * s_a) * d + 2 * s_a * f + 4 * h + 16
+        a_trans = 2 * s_a * f + s_r * d  # MLP gradients and the incoming gradient, in a block's backward
+        a_final = s_r * d + 8  # ln_f's input and statistics
     a_ckpt = s_r * d
     a_logits = (10 if s_a == 2 else 12) * V
-    a_trans = 2 * s_a * f + s_r * d  # MLP gradients and the incoming gradient, in a block's backward
     n = micro_batch * context
     kept = [a_ckpt if recompute_every > 0 and i % recompute_every == 0 else a_block for i in range(L)]
-    saved = n * (sum(kept) + s_r * d + 8)  # + ln_f's input and statistics
+    saved = n * (sum(kept) + a_final)
     if fused_head is None:
         fused_head = device_type == "cpu" and s_a == 4 and strategy == "single"
     if fused_head:  # chunked head + loss: no logits; ln_f output and its gradient, the head's gradient
@@ -253,7 +280,7 @@ def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "
     activations = saved + dynamic
     per_token = activations / n
     workspace = CUDA_WORKSPACE_BYTES if device_type == "cuda" else 0
-    p_mm = L * (4 * d * d + 2 * d * f) + V * d
+    p_mm = L * (s.attention_params + s.mlp_params) + V * d
     autocast_copies = 2 * p_mm if s_a == 2 else 0
     static = params + grads + optim + gathered + autocast_copies
     return {"params": int(params), "grads": int(grads), "optimizer": int(optim), "gathered": int(gathered),

@@ -22,9 +22,9 @@ import math
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
-from transformers import GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
+from growlm.families import FAMILY, family_of
 from growlm.loss import lm_loss
 from growlm.memory.estimate import (Correction, Plan, choose_setting, device_budget, divisors_desc,
                                     estimate_memory, no_fit_message, plan_from)
@@ -187,7 +187,12 @@ def measure_line(model_config, *, context: int, micro_batches: tuple[int, ...], 
     A size that runs out of CUDA memory is left out (`oom` lists it). A size equal to `local_batch` (one
     micro-batch per step, one process) is measured without gradients present, as training runs it."""
     shape = ModelShape.of(model_config)
-    config = model_config if hasattr(model_config, "to_dict") else gpt2_config_of(shape)
+    if hasattr(model_config, "to_dict"):
+        config = model_config
+    elif shape.family == "gpt2":
+        config = gpt2_config_of(shape)
+    else:
+        config = FAMILY[shape.family].config(shape)
     if precision is None:
         precision = "bf16-autocast" if device.startswith("cuda") and torch.cuda.is_bf16_supported() else "fp32"
     peaks, sizes, oom = [], [], []
@@ -195,7 +200,7 @@ def measure_line(model_config, *, context: int, micro_batches: tuple[int, ...], 
     try:
         with torch.random.fork_rng(devices=[]), torch.device(device):
             torch.manual_seed(seed)
-            model = GPT2LMHeadModel(config)
+            model = family_of(config).model_class(config)
         model.train()
         enable_recompute(model, recompute_every)
         optimizer = make_optimizer(model, TrainConfig(tokens=context, batch_size=1, context=context, device=device))

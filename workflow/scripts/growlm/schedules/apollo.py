@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 import torch
-from transformers import GPT2LMHeadModel
-
 from growlm.data import BatchSampler
 from growlm.errors import GrowlmError
-from growlm.flops import train_flops_per_token
+from growlm.families import family_of
+from growlm.flops import shape_flops, train_flops_per_token
 from growlm.loss import lm_loss
+from growlm.shape import ModelShape
 
 
 def stage_widths(n_layer: int) -> list[int]:
@@ -51,9 +51,10 @@ def depth_probabilities(n_layer: int) -> np.ndarray:
     return p / p.sum()
 
 
-def _set_layers(model: GPT2LMHeadModel, unique: torch.nn.ModuleList, depth: int) -> None:
-    full = layer_map(model.config.n_layer, len(unique))
-    model.transformer.h = torch.nn.ModuleList([unique[j] for j in full[:depth]])
+def _set_layers(model, unique: torch.nn.ModuleList, depth: int, n_layer: int | None = None) -> None:
+    """The model's blocks: the first `depth` of the full depth's map onto the `unique` blocks."""
+    full = layer_map(n_layer or ModelShape.of(model).L, len(unique))
+    family_of(model).set_blocks(model, torch.nn.ModuleList([unique[j] for j in full[:depth]]))
 
 
 def duplicate(unique: torch.nn.ModuleList, k_new: int, n_layer: int) -> torch.nn.ModuleList:
@@ -64,12 +65,15 @@ def duplicate(unique: torch.nn.ModuleList, k_new: int, n_layer: int) -> torch.nn
     return torch.nn.ModuleList([copy.deepcopy(unique[s]) for s in src])
 
 
-def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: int, lr: float, batch_size: int,
+def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, batch_size: int,
                     context: int, seed: int, warmup_steps: int = 10, weight_decay: float = 0.1,
-                    grad_clip: float = 1.0, log=print) -> tuple[GPT2LMHeadModel, dict]:
-    """Train `init` (M_0's initialisation) with the progressive schedule for `tokens` tokens and return
-    a plain GPT-2 of the same shape, with a summary (FLOPs, wall time, per-stage losses)."""
-    L = init.config.n_layer
+                    grad_clip: float = 1.0, log=print) -> tuple:
+    """Train `init` (M_0's initialisation, either family) with the progressive schedule for `tokens`
+    tokens and return a plain model of the same shape, with a summary (FLOPs, wall time, per-stage
+    losses)."""
+    shape = ModelShape.of(init)
+    fam = family_of(init)
+    L = shape.L
     ks = stage_widths(L)
     steps_total = max(len(ks), tokens // (batch_size * context))
     per_stage = steps_total // len(ks)
@@ -77,7 +81,7 @@ def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: 
         raise GrowlmError(f"apollo.tokens={tokens} gives fewer steps than the {len(ks)} stages")
     cfg = init.config
     model = copy.deepcopy(init).train()
-    unique = torch.nn.ModuleList([copy.deepcopy(init.transformer.h[0])])
+    unique = torch.nn.ModuleList([copy.deepcopy(fam.blocks(init)[0])])
     sampler = BatchSampler(train_tokens, batch_size=batch_size, context=context, seed=seed)
     rng = np.random.default_rng(seed)
     probs = depth_probabilities(L)
@@ -86,7 +90,7 @@ def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: 
     for s, k in enumerate(ks):
         if len(unique) != k:
             unique = duplicate(unique, k, L)
-        _set_layers(model, unique, L)  # the optimizer sees embeddings, ln_f and the k unique blocks
+        _set_layers(model, unique, L, L)  # the optimizer sees embeddings, ln_f and the k unique blocks
         params = list(dict.fromkeys(p for p in model.parameters()))  # shared modules appear once
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -96,7 +100,7 @@ def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: 
         losses, depths = [], []
         for i in range(per_stage):
             depth = int(rng.choice(np.arange(1, L + 1), p=probs))
-            _set_layers(model, unique, depth)
+            _set_layers(model, unique, depth, L)
             for g in opt.param_groups:
                 g["lr"] = lr * min(1.0, (i + 1) / max(1, warmup_steps))
             x, y = sampler.batch(step)
@@ -108,8 +112,8 @@ def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: 
                 torch.nn.utils.clip_grad_norm_(params, grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            flops += batch_size * context * train_flops_per_token(
-                n_embd=cfg.n_embd, n_layer=depth, vocab_size=cfg.vocab_size, context=context, n_inner=cfg.n_inner)
+            flops += batch_size * context * train_flops_per_token(context=context,
+                                                                  **{**shape_flops(shape), "n_layer": depth})
             losses.append(loss.item())
             depths.append(depth)
             step += 1
@@ -117,13 +121,13 @@ def apollo_schedule(init: GPT2LMHeadModel, train_tokens: np.ndarray, *, tokens: 
                        "final_train_loss": float(np.mean(losses[-10:]))})
         log(f"apollo stage {s + 1}/{len(ks)}: {k} unique block(s), {per_stage} steps, mean depth "
             f"{np.mean(depths):.2f}, train loss {stages[-1]['final_train_loss']:.4f}")
-    # unshare: a plain GPT-2 of depth L whose layer i is (a copy of) unique block i
-    out = GPT2LMHeadModel(cfg)
-    _set_layers(model, unique, L)
+    # unshare: a plain model of depth L whose layer i is (a copy of) unique block i
+    out = fam.model_class(cfg)
+    _set_layers(model, unique, L, L)
     with torch.no_grad():
         out.load_state_dict(model.state_dict(), strict=False)
         for i, j in enumerate(layer_map(L, len(unique))):
-            out.transformer.h[i].load_state_dict(unique[j].state_dict())
+            fam.blocks(out)[i].load_state_dict(unique[j].state_dict())
     out.tie_weights()
     summary = {"flops": int(flops), "wall_s": time.perf_counter() - t0, "steps": step,
                "tokens": step * batch_size * context, "stages": stages}

@@ -25,7 +25,6 @@ the refinement trains on from there. The maps:
 from __future__ import annotations
 
 import torch
-from transformers import GPT2LMHeadModel
 
 from growlm.errors import GrowlmError
 from growlm.growth.clone import hyperclone
@@ -51,35 +50,41 @@ def _co_vec(v: torch.Tensor, k: int) -> torch.Tensor:
     return v.reshape(k, -1).mean(0)
 
 
-def coalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHeadModel:
+def coalesce(model: torch.nn.Module, *, n_embd: int, n_layer: int) -> torch.nn.Module:
     """Merge neighbouring coordinate/head/unit groups and runs of blocks (see the module docstring)."""
     s = ModelShape.of(model)
     k = _factor(s.d, n_embd, "width")
     r = _factor(s.L, n_layer, "depth")
     if s.h % k:
         raise GrowlmError(f"{s.h} heads cannot be merged in groups of {k}")
+    if s.g % k:
+        raise GrowlmError(f"{s.g} key/value heads cannot be merged in groups of {k}")
     W = unpack(model)
     blocks = []
     for l in range(n_layer):
         group = W["blocks"][l * r:(l + 1) * r]
-        avg = {key: torch.stack([b[key] for b in group]).mean(0) for key in group[0]}
+        avg = {key: None if group[0][key] is None else torch.stack([b[key] for b in group]).mean(0)
+               for key in group[0]}
         blk = {}
-        for key in ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "o_b", "pr_b", "q_b", "k_b", "v_b", "fc_b"):
-            blk[key] = _co_vec(avg[key], k)
-        for key in ("q_w", "k_w", "v_w", "o_w", "fc_w", "pr_w"):
-            blk[key] = _co_matrix(avg[key], k, k)
+        for key in ("ln1_w", "ln1_b", "ln2_w", "ln2_b", "o_b", "pr_b", "q_b", "k_b", "v_b", "fc_b", "gate_b"):
+            blk[key] = None if avg[key] is None else _co_vec(avg[key], k)
+        for key in ("q_w", "k_w", "v_w", "o_w", "fc_w", "gate_w", "pr_w"):
+            blk[key] = None if avg[key] is None else _co_matrix(avg[key], k, k)
         blocks.append(blk)
-    V, T = W["wte"].shape[0], W["wpe"].shape[0]
-    out = {"wte": W["wte"].reshape(V, k, -1).mean(1), "wpe": W["wpe"].reshape(T, k, -1).mean(1),
-           "lnf_w": _co_vec(W["lnf_w"], k), "lnf_b": _co_vec(W["lnf_b"], k), "blocks": blocks, "head": None}
+    V = W["wte"].shape[0]
+    out = {"wte": W["wte"].reshape(V, k, -1).mean(1),
+           "wpe": None if W["wpe"] is None else W["wpe"].reshape(W["wpe"].shape[0], k, -1).mean(1),
+           "lnf_w": _co_vec(W["lnf_w"], k), "lnf_b": None if W["lnf_b"] is None else _co_vec(W["lnf_b"], k),
+           "blocks": blocks, "head": None}
     if W["head"] is None:
-        out["lnf_w"], out["lnf_b"] = out["lnf_w"] * k, out["lnf_b"] * k
+        out["lnf_w"] = out["lnf_w"] * k
+        out["lnf_b"] = None if out["lnf_b"] is None else out["lnf_b"] * k
     else:
         out["head"] = W["head"].reshape(V, k, -1).sum(1)
     return pack(out, target_config(model.config, n_embd=n_embd, n_layer=n_layer, n_head=s.h // k))
 
 
-def decoalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHeadModel:
+def decoalesce(model: torch.nn.Module, *, n_embd: int, n_layer: int) -> torch.nn.Module:
     """Copy back up: tile the width (exact), repeat every block (see the module docstring)."""
     s = ModelShape.of(model)
     _factor(n_embd, s.d, "width")
@@ -88,13 +93,14 @@ def decoalesce(model: GPT2LMHeadModel, *, n_embd: int, n_layer: int) -> GPT2LMHe
     return interleave([wide], n_embd=n_embd, n_layer=n_layer) if n_layer != s.L else wide
 
 
-def interpolate(large: GPT2LMHeadModel, small: GPT2LMHeadModel, alpha: float = 0.5) -> GPT2LMHeadModel:
+def interpolate(large: torch.nn.Module, small: torch.nn.Module, alpha: float = 0.5) -> torch.nn.Module:
     """(1 - alpha) * large + alpha * decoalesce(small), parameter by parameter, in large's shape."""
     if not 0.0 <= alpha <= 1.0:
         raise GrowlmError(f"alpha must be in [0, 1], not {alpha}")
     c = large.config
-    up = decoalesce(small, n_embd=c.n_embd, n_layer=c.n_layer)
-    a, b = state_dict_of(unpack(large)), state_dict_of(unpack(up))
+    s = ModelShape.of(large)
+    up = decoalesce(small, n_embd=s.d, n_layer=s.L)
+    a, b = state_dict_of(unpack(large), c), state_dict_of(unpack(up), up.config)
     if a.keys() != b.keys():
         raise GrowlmError("the small and the large model differ in head tying")
     mixed = {key: (1 - alpha) * a[key] + alpha * b[key].to(a[key].dtype) for key in a}
