@@ -48,6 +48,7 @@ from growlm.methods import (  # noqa: E402
     needs_single_member_control,
 )
 from growlm.resume import interrupted_run_notice  # noqa: E402
+from growlm.pretrained import spec_of as pretrained_spec  # noqa: E402
 from growlm.sources import hub_problem, local_files  # noqa: E402
 from growlm.validate import check_config, experiment_warnings  # noqa: E402
 
@@ -183,6 +184,8 @@ def combos():
 
 
 SMALL = res("models/small/d{d0}_L{L0}/s{seed}/m{member}")
+PRETRAINED = res("models/pretrained/m{member}")  # members.pretrained: imported, not trained
+PRETRAINED_MEMBERS = config["members"].get("pretrained") or []
 TRUNK = res("models/trunk/d{d0}_L{L0}/s{seed}")  # the members' shared trunk (members.trunk > 0)
 BASELINE = res("models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}")
 GROWN = res("models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")
@@ -196,15 +199,40 @@ def ensemble_targets():
     return sorted({ENSEMBLE.format(**c) for c in combos()})
 
 
+def pretrained_files(wildcards):
+    """The local files a pretrained member is imported from (none for a Hub id)."""
+    spec = pretrained_spec(PRETRAINED_MEMBERS[int(wildcards.member) - 1])
+    if spec["kind"] != "path":
+        return []
+    return sorted(str(p) for p in Path(spec["where"]).iterdir() if p.is_file())
+
+
+def like_config(wildcards):
+    """M_0 is built like the pretrained members (their config, resized): it waits for member 1's import."""
+    return [f"{PRETRAINED.format(member=1)}/config.json"] if PRETRAINED_MEMBERS else []
+
+
+def small_dir(c, member):
+    """Member `member`'s folder for combination (or wildcards) `c`: trained, or imported (pretrained)."""
+    if PRETRAINED_MEMBERS:
+        return PRETRAINED.format(member=member)
+    return SMALL.format(member=member, **c)
+
+
 def model_dirs():
-    """Every trained model folder of the sweep (members, baselines, refined)."""
+    """Every model folder of the sweep (members, baselines, refined)."""
     dirs = set()
     for c in combos():
         for member in range(1, int(c["n"]) + 1):
-            dirs.add(SMALL.format(member=member, **c))
+            dirs.add(small_dir(c, member))
         dirs.add(BASELINE.format(**c))
         dirs.add(REFINED.format(**c))
     return sorted(dirs)
+
+
+def trained_dirs():
+    """The model folders growlm trained (each has a ledger): all but imported members."""
+    return [d for d in model_dirs() if "/models/pretrained/" not in d]
 
 
 def grown_dirs():
@@ -218,10 +246,8 @@ def eval_targets():
 def member_dirs(wildcards):
     """The n small members a grow job combines (m_1 n times for the single-member control)."""
     single = is_single_member_control(getattr(wildcards, "method", ""))
-    return [
-        SMALL.format(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed, member=1 if single else i)
-        for i in range(1, int(wildcards.n) + 1)
-    ]
+    c = dict(d0=wildcards.d0, L0=wildcards.L0, seed=wildcards.seed)
+    return [small_dir(c, 1 if single else i) for i in range(1, int(wildcards.n) + 1)]
 
 
 def member_models(wildcards):
@@ -332,7 +358,9 @@ def check_plugin_operators():
                     head_dim=config["model"]["head_dim"],
                     tied=config["model"]["tie_embeddings"],
                     model={
-                        k: v for k, v in model_settings(config, n_embd=d0, n_layer=L0).items() if k != "n_positions"
+                        k: v
+                        for k, v in model_settings(config, n_embd=d0, n_layer=L0).items()
+                        if k not in ("n_positions", "like")
                     },
                     options=grow_settings(config, method_id(m))["options"],
                 )
@@ -396,7 +424,8 @@ PROFILE_KINDS = ["small", "baseline", "refine"]
 
 def profile_targets():
     tools = [t for t in config["profile"]["tools"] if t in ("nsys", "ncu")]
-    return [f"{R}/profile/{tool}/{kind}/summary.csv" for tool in tools for kind in PROFILE_KINDS]
+    kinds = [k for k in PROFILE_KINDS if not (k == "small" and PRETRAINED_MEMBERS)]  # no member is trained
+    return [f"{R}/profile/{tool}/{kind}/summary.csv" for tool in tools for kind in kinds]
 
 
 def _first_combo():
@@ -433,7 +462,8 @@ def kept_outputs():
     """The experiment's products that later runs and the report rely on: every trained model's weights
     and ledger, every grown model, the token files. `rule all` asks for them too, so one that vanished
     after a finished run is made again (with everything that depends on it), never reported on."""
-    files = [f"{d}/{name}" for d in model_dirs() for name in ("model.safetensors", "ledger.csv")]
+    files = [f"{d}/model.safetensors" for d in model_dirs()]
+    files += [f"{d}/ledger.csv" for d in trained_dirs()]
     files += [f"{d}/growth.json" for d in grown_dirs()]
     files += [f"{tokens}/{split}.npy" for tokens in (MEMBER_TOKENS, LARGE_TOKENS) for split in ("train", "val")]
     files += [res(f"tokens/level{level}/test.npy") for level in LEVELS]

@@ -13,7 +13,7 @@ rule evaluate_model:
     benchmark:
         res("benchmarks/evaluate_model/{model}.tsv")
     wildcard_constraints:
-        model=r"(small|baseline|refined)/.+",
+        model=r"(small|baseline|refined|pretrained)/.+",
     conda:
         "../envs/growlm.yaml"
     threads: 1
@@ -54,7 +54,7 @@ rule evaluate_ensemble:
 rule compare:
     input:
         metrics=eval_targets(),
-        ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
+        ledgers=[f"{d}/ledger.csv" for d in trained_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
         ensembles=ensemble_targets(),
         unigram=f"{R}/tokens/level{EVAL_LEVEL}/train.npy",

@@ -61,7 +61,7 @@ rule report_figures:
 
 rule plans_table:
     input:
-        [f"{d}/plan.json" for d in model_dirs()],
+        [f"{d}/plan.json" for d in trained_dirs()],
     output:
         report(
             res("report/plans.html"),

@@ -2,6 +2,27 @@
 # split is encoded once into a flat token file that every training job memory-maps.
 
 
+if PRETRAINED_MEMBERS:
+
+    # members.pretrained: the members' own tokenizer (one for all of them, checked) encodes the corpus
+    rule member_tokenizer:
+        input:
+            [f"{PRETRAINED.format(member=i)}/tokenizer.json" for i in range(1, len(PRETRAINED_MEMBERS) + 1)],
+        output:
+            res("tokenizer/tokenizer.json"),
+            res("tokenizer/tokenizer_config.json"),
+        log:
+            res("logs/member_tokenizer.log"),
+        benchmark:
+            res("benchmarks/member_tokenizer.tsv")
+        conda:
+            "../envs/growlm.yaml"
+        script:
+            "../scripts/member_tokenizer.py"
+
+    ruleorder: member_tokenizer > fit_tokenizer
+
+
 rule fit_tokenizer:
     input:
         expand(res("corpus/level{level}/train.txt"), level=LEVELS),

@@ -67,11 +67,35 @@ rule train_trunk:
         "../scripts/train_trunk.py"
 
 
+# members.pretrained: each member imported from its folder or the Hub (not trained), with its tokenizer
+# and the cost it was stated to have (members.cost), as a growlm model folder.
+rule import_member:
+    input:
+        pretrained_files,
+    output:
+        model=f"{PRETRAINED}/model.safetensors",
+        config=f"{PRETRAINED}/config.json",
+        tokenizer=f"{PRETRAINED}/tokenizer.json",
+    log:
+        res("logs/import_member/m{member}.log"),
+    benchmark:
+        res("benchmarks/import_member/m{member}.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    params:
+        member=lambda wc: canonical(PRETRAINED_MEMBERS[int(wc.member) - 1]),
+        cost=config["members"]["cost"],
+        context=config["model"]["context"],
+    script:
+        "../scripts/import_member.py"
+
+
 rule train_baseline:
     input:
         train=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
         tokenizer=res("tokenizer/tokenizer.json"),
+        like=like_config,
     output:
         model=f"{BASELINE}/model.safetensors",
         config=f"{BASELINE}/config.json",

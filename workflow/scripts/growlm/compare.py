@@ -148,8 +148,10 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]
     n_members = len(growth["members"])
     growth["members"] += trunk
-    small_flops = float(sum(m["flops"] for m in growth["members"]))
-    small_wall = float(sum(m["wall_s"] for m in growth["members"]))
+    # a pretrained member's training cost is what members.cost stated, or unknown (None): not counted
+    unknown = any(m.get("flops") is None for m in growth["members"])
+    small_flops = math.nan if unknown else float(sum(m["flops"] for m in growth["members"]))
+    small_wall = float(sum(m.get("wall_s") or 0.0 for m in growth["members"]))
     growth_flops = float(growth.get("growth_flops", 0))
     growth_wall = float(growth.get("growth_wall_s", 0.0))
 
@@ -188,10 +190,13 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "cost_ratio_small_free": (growth_flops + reach_flops) / m0_flops,
         "wall_ratio": (small_wall + growth_wall + reach_wall) / m0_wall,
         "wall_ratio_small_free": (growth_wall + reach_wall) / m0_wall,
-        "loss_gap_equal_flops": loss_at(m1, m0_flops - offset) - m0_final,
+        "loss_gap_equal_flops": math.nan if unknown else loss_at(m1, m0_flops - offset) - m0_final,
         "m0_peak_mem_mb": float(m0["peak_mem_mb"].max()),
         "m1_peak_mem_mb": float(m1["peak_mem_mb"].max()),
         "reached": not math.isnan(reach_flops),
+        # how the members' training is counted: growlm trained them; members.cost stated it; unknown
+        "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in growth["members"])
+                                                   else "counted"),
     }
     if paths.get("ensemble"):
         ens = Path(paths["ensemble"].format(**combo))
@@ -206,9 +211,13 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         row["arm"] = "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
     c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, lr=m0_lr, **keys)
-    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=offset, lr=combo["lr"], **keys)
+    # with the members' cost unknown the curve starts at the growth's cost (members free, as the row says)
+    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=growth_flops if unknown else offset, lr=combo["lr"],
+                   **keys)
     curves = [c0, c1]
     for i, member in enumerate(growth["members"], start=1):
+        if not (Path(member["dir"]) / "ledger.csv").is_file():  # a pretrained member: not trained here
+            continue
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
         curves.append(led.assign(arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset_flops=0.0,
                                  **keys))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 
 from growlm.methods import OPERATORS, check_options, growth_names, refine_names
+from growlm.outputs import DEFAULT, results_dir
 from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
@@ -110,7 +111,14 @@ def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
         out["family"] = family
         for key, default in FAMILY_DEFAULTS[family].items():
             out[key] = m.get(key) if m.get(key) is not None else default
+    if config["members"].get("pretrained"):  # built like the members: their config, resized
+        out["like"] = pretrained_dir(config, 1)
     return out
+
+
+def pretrained_dir(config: dict, member: int) -> str:
+    """Where the import job puts pretrained member i (members.pretrained)."""
+    return f"{results_dir(config.get('experiment', DEFAULT))}/models/pretrained/m{int(member)}"
 
 
 def member_seed(seed: int, member: int) -> int:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from growlm.errors import GrowlmError
-from growlm.shape import ModelShape
+from growlm.shape import FAMILIES, ModelShape
 
 SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
@@ -55,6 +55,7 @@ class OperatorSpec:
     absorbs: tuple[str, ...] = ()
     summary: str = ""
     source: str = "growlm"  # "growlm" for the built-in operators, else the plugin file that declared it
+    families: tuple[str, ...] = FAMILIES  # the model families it works on (growlm.families)
 
     @property
     def kind(self) -> str:

@@ -28,11 +28,12 @@ import ast
 from pathlib import Path
 
 from growlm.errors import GrowlmError
+from growlm.shape import FAMILIES
 from growlm.methods import OperatorSpec, register_spec
 
 DECORATOR = "register_operator"
 RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
-_SPEC_KEYS = ("axis", "exact", "multi", "learned", "ramps")
+_SPEC_KEYS = ("axis", "exact", "multi", "learned", "ramps", "families")
 
 
 def _literal(node: ast.AST, path: Path, what: str):
@@ -87,6 +88,7 @@ def describe(path: str | Path) -> list[OperatorSpec]:
             specs.append(OperatorSpec(dec.args[0].value, spec["axis"], exact=bool(spec["exact"]),
                                       multi=bool(spec.get("multi", False)), learned=bool(spec.get("learned", False)),
                                       ramps=tuple(spec.get("ramps", ())), options=options,
+                                      families=tuple(spec.get("families", FAMILIES)),
                                       summary=doc[0] if doc else "", source=str(path.resolve())))
     if not specs:
         raise GrowlmError(f"grow.plugins: {path} defines no growth operator: decorate a function with "

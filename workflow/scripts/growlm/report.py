@@ -327,8 +327,16 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
         return (f"{head}: M_1 did not reach M_0's final validation loss within the budget; it ended at {m1:.3f} "
                 f"(M_0: {m0:.3f}).")
     ok = g[g["reached"].astype(bool)]
-    counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
     free = _ratio(ok["cost_ratio_small_free"].mean(), ok["cost_ratio_small_free"].std(), len(ok))
+    partly = f" (in {reached} of {seeds} seeds)" if reached < seeds else ""
+    if small and "members_cost" in g and (g["members_cost"] == "unknown").any():
+        # pretrained members whose training cost growlm does not know (members.cost not stated)
+        verdict = "growing paid with the members free" if ok["cost_ratio_small_free"].mean() < 1 else \
+            "growing did not pay even with the members free"
+        return (f"{head}: {verdict}. M_1 reached M_0's final validation loss at {free} of M_0's FLOPs with {small} "
+                f"free{partly} and ended at {m1:.3f} (M_0: {m0:.3f}); the members' own training cost is not counted: it is "
+                f"not known (state it in members.cost to count it).")
+    counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
     ratio, ratio_free = ok["cost_ratio"].mean(), ok["cost_ratio_small_free"].mean()
     if ratio < 1:
         verdict = "growing paid"
@@ -339,7 +347,6 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
     whose = "the small model's" if members == 1 else "the small models'"
     cost = (f"at {counted} of M_0's FLOPs counting {whose} training ({free} with {'it' if members == 1 else 'them'}"
             f" free)" if small else f"at {counted} of M_0's FLOPs")
-    partly = f" (in {reached} of {seeds} seeds)" if reached < seeds else ""
     return (f"{head}: {verdict}. M_1 reached M_0's final validation loss {cost}{partly} and ended at {m1:.3f} "
             f"(M_0: {m0:.3f}).")
 

@@ -80,6 +80,25 @@ def eos_id(tokenizer: Tokenizer) -> int:
     return tokenizer.token_to_id(EOS)
 
 
+def eos_of(tokenizer_dir: str | Path) -> int:
+    """The id of the tokenizer's end-of-text token: growlm's own `<|endoftext|>`, or the one a pretrained
+    tokenizer names in its tokenizer_config.json (`eos_token`: `</s>`, `<|endoftext|>`, ...)."""
+    tok = load_tokenizer(tokenizer_dir)
+    config = Path(tokenizer_dir) / "tokenizer_config.json"
+    name = EOS
+    if config.is_file():
+        try:
+            named = json.loads(config.read_text()).get("eos_token")
+        except json.JSONDecodeError as err:
+            raise damaged(config, f"not valid JSON: {err}") from None
+        name = named.get("content") if isinstance(named, dict) else (named or EOS)
+    found = tok.token_to_id(name)
+    if found is None:
+        raise GrowlmError(f"the tokenizer in {tokenizer_dir} has no end-of-text token ({name!r}); growlm separates "
+                          f"the corpus's units with it")
+    return found
+
+
 def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> None:
     """Copy the tokenizer's files into a model folder."""
     for name in FILES:

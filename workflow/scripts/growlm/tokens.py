@@ -65,8 +65,9 @@ class NpyWriter:
 
 def encode_file(text_file: str | Path, tokenizer: Tokenizer, out_file: str | Path, *, batch_lines: int = 8192,
                 block_chars: int = 1 << 20, sources: dict[str, list[int]] | None = None, caps: dict[str, int] | None = None,
-                threads: int | None = None) -> int:
-    """Encode one unit per line into a flat token array with EOS after every unit; return its length.
+                threads: int | None = None, eos: int | None = None) -> int:
+    """Encode one unit per line into a flat token array with EOS after every unit (`eos`, default the
+    tokenizer's `<|endoftext|>`); return its length.
 
     Lines are encoded in blocks of at most `batch_lines` lines and about `block_chars` characters,
     which bounds the memory. `sources` ({name: [first line, end line)}, from the level's statistics) names the lines of each
@@ -75,7 +76,7 @@ def encode_file(text_file: str | Path, tokenizer: Tokenizer, out_file: str | Pat
     `sources`, where each source's tokens lie."""
     if threads:
         os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when tokenizers starts its thread pool
-    eos = eos_id(tokenizer)
+    eos = eos_id(tokenizer) if eos is None else int(eos)
     dtype = token_dtype(tokenizer.get_vocab_size(with_added_tokens=True))
     ranges = sorted(((lo, hi, name) for name, (lo, hi) in (sources or {}).items() if hi > lo))
     caps = caps or {}

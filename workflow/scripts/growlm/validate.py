@@ -32,6 +32,7 @@ from growlm.errors import GrowlmError
 from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, level_dir, model_settings, normalise_sweep, refine_steps,
                                trunk_tokens)
 from growlm.flops import matmul_params, train_flops_per_token
+from growlm import pretrained
 from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods,
                             needs_single_member_control, plan_chain)
 from growlm.outputs import DEFAULT, name_problems, results_dir
@@ -279,6 +280,11 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
         chain = method_chain(m)
         if chain[0] in SCHEDULES:
             continue
+        family = config["model"].get("family", "gpt2")
+        for name in chain:
+            if name in OPERATORS and family not in OPERATORS[name].families:
+                out.append(f"methods: {method_id(m)}: {name} works on {', '.join(OPERATORS[name].families)} models, "
+                           f"not {family} (model.family); choose another method or family")
         configured = {k: v for name in chain for k, v in (options.get(name) or {}).items()}
         try:
             check_options(chain, configured)
@@ -579,5 +585,38 @@ def check_config(config: dict, schema_file: str | Path, resolve_source: Callable
     _raise(schema_problems(config, schema))
     fill_defaults(config)
     sweep = normalise_sweep(config)
+    _raise(adopt_pretrained(config, sweep))
     _raise(experiment_problems(config, sweep, resolve_source))
     return sweep
+
+
+def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
+    """With `members.pretrained`: read the members (growlm.pretrained), and make the experiment theirs,
+    in place - d0 and L0 are the members', and the model settings (family, head size, key/value heads,
+    MLP ratio, tying) are the members' too, so that M_0 and M_1 are built like them. The problems
+    found, one line each (none without pretrained members)."""
+    items = config["members"].get("pretrained") or []
+    if not items:
+        return []
+    out = []
+    if config["members"]["data"] != "seed" or config["members"].get("trunk"):
+        out.append("members.data and members.trunk say how growlm trains its members; with members.pretrained no "
+                   "member is trained (drop them, or drop members.pretrained)")
+    found, read = pretrained.problems(items, n_values=[int(n) for n in sweep["n"]],
+                                      context=int(config["model"]["context"]))
+    out += found
+    if out:
+        return out
+    s = read[0]["shape"]
+    sweep["d0"], sweep["L0"] = [s.d], [s.L]
+    m = config["model"]
+    m.update(family=s.family, head_dim=s.dh, tie_embeddings=s.tied)
+    if s.family == "llama":
+        m.update(heads_per_kv=s.r, mlp_ratio=s.f / s.d, attention_bias=s.attention_bias)
+    for d1 in sweep["d1"]:
+        if d1 % s.dh:
+            rotary = " (a head-size change under rotary positions: their frequencies depend on it)" \
+                if s.family == "llama" else ""
+            out.append(f"d1 = {d1}: not a multiple of the pretrained members' head size {s.dh}; growth keeps the "
+                       f"head size{rotary}; use a multiple of {s.dh * s.r}")
+    return out

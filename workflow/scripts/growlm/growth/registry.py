@@ -27,6 +27,7 @@ from typing import Callable
 from growlm.errors import GrowlmError
 from growlm.methods import OPERATORS, OperatorSpec, register_spec
 from growlm.plugins import describe
+from growlm.shape import FAMILIES
 
 IMPLEMENTATIONS: dict[str, Callable] = {}
 RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
@@ -63,22 +64,26 @@ def implements(name: str) -> Callable:
 
 def register_operator(name: str, *, axis: str, exact: bool, multi: bool = False, learned: bool = False,
                       ramps: tuple[str, ...] = (), check: Callable | None = None,
-                      natural: Callable | None = None, absorbs: tuple[str, ...] = ()) -> Callable:
+                      natural: Callable | None = None, absorbs: tuple[str, ...] = (),
+                      families: tuple[str, ...] = FAMILIES) -> Callable:
     """Decorator: describe and implement a growth operator in one go (for your own operators).
 
     `axis` ("width", "depth" or "both") says what it grows; `exact` whether the grown model computes
     exactly what m_1 computed (for a multi-member operator: the members' logit average) before any
     training, which the plugin check verifies; `multi` whether it combines all n members (else it gets
     m_1); `learned` whether its map is trained (then it is never given optimizer-state carry-over);
-    `ramps` options that are mask-ramp lengths in refinement steps. Keyword-only parameters of the
-    function (other than n_embd, n_layer, n_head, seed) are its options, set in `grow.options`."""
+    `ramps` options that are mask-ramp lengths in refinement steps; `families` the model families it
+    works on (members of either by default: `growlm.families`; the config check refuses the operator in
+    any other). Keyword-only parameters of the function (other than n_embd, n_layer, n_head, seed) are
+    its options, set in `grow.options`."""
 
     def wrap(fn: Callable) -> Callable:
         doc = (fn.__doc__ or "").strip().splitlines()
         source = str(Path(inspect.getsourcefile(fn) or fn.__module__).resolve())
         register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
                                    options=signature_options(fn), check=check, natural=natural,
-                                   absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source))
+                                   absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source,
+                                   families=tuple(families)))
         fn = implements(name)(fn)
         fn.growlm_operator = name  # how growlm.plugins.load finds what a plugin file registered
         return fn

@@ -94,7 +94,8 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     trunks = {}
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
         meta = read_json(Path(d) / "growlm.json")
-        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"]})
+        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"],
+                            **({"cost": meta["cost"]} if "cost" in meta else {})})
         if meta.get("init_from"):
             trunks[meta["init_from"]] = read_json(Path(meta["init_from"]) / "growlm.json")["train"]
     for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once

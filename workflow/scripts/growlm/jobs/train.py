@@ -14,14 +14,17 @@ import shutil
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from growlm.devices import choose_device
 from growlm import checkpoint, hints
+from growlm.devices import choose_device
 from growlm.errors import GrowlmError, digest, read_json
+from growlm.families import family_of
 from growlm.growth import load_grown
 from growlm.jobs.common import checkpoint_dir_for, log, warn
 from growlm.model import build_model, load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
+from growlm.pretrained import member_cost_flops, spec_of
 from growlm.runner import run_torchrun, run_training
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
@@ -155,6 +158,44 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     return train_and_save(build_model(seed=init_seed, **spec), cfg, train_file=train_file, val_file=val_file,
                           out_dir=out_dir, tokenizer_dir=tokenizer_dir, shard=shard, memory_limit_gb=memory_limit_gb,
                           gpu_share=gpu_share, info={**info, "shard": shard})
+
+
+DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
+
+
+def import_member(member, *, out_dir, cost: dict | None = None, context: int = 128) -> dict:
+    """A pretrained member (members.pretrained: a save_pretrained folder or a Hub id, growlm.pretrained)
+    as a growlm model folder: loaded with `AutoModelForCausalLM.from_pretrained` (the same call for both,
+    with its revision), its dropout set to zero (growlm trains every model without dropout), in
+    float32, saved with its tokenizer and a growlm.json that says where it came from (the Hub commit
+    its revision resolved to) and what its training cost: the stated `members.cost`, or unknown."""
+    spec = spec_of(member)
+    where, revision = spec["where"], spec["revision"]
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, revision=revision, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(where, revision=revision)
+    except Exception as err:  # a folder that is not a model, no network for a Hub id, a wrong revision
+        raise GrowlmError(f"members.pretrained: {where!r} does not load: {type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:200]}") from None
+    family_of(model)  # a family growlm grows, or a one-line error
+    for key in DROPOUT_KEYS:
+        if hasattr(model.config, key):
+            setattr(model.config, key, 0.0)
+    model.config.use_cache = False
+    model = model.float()
+    shape = ModelShape.of(model)
+    flops = member_cost_flops(cost, shape, context)
+    info = {"role": "pretrained member", "source": spec, "commit": getattr(model.config, "_commit_hash", None),
+            "cost": "stated" if flops is not None else "unknown",
+            "train": {"flops": flops, "wall_s": 0.0, "tokens": (cost or {}).get("tokens")}}
+    out_dir = Path(out_dir)
+    save_model(model, out_dir, extra=info)
+    tokenizer.save_pretrained(out_dir)  # tokenizer.json (a slow tokenizer is converted) and its config
+    if not (out_dir / "tokenizer.json").is_file():
+        raise GrowlmError(f"members.pretrained: {where!r}: its tokenizer has no fast (tokenizer.json) form")
+    log(f"imported {where} ({shape.family}, width {shape.d}, depth {shape.L}, vocabulary {shape.V}); training cost "
+        f"{'%.3g FLOPs (stated)' % flops if flops is not None else 'unknown (not counted)'}")
+    return info
 
 
 def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
