@@ -22,6 +22,9 @@ if PRETRAINED_MEMBERS:
 
     ruleorder: member_tokenizer > fit_tokenizer
 
+    localrules:
+        member_tokenizer,
+
 
 rule fit_tokenizer:
     input:
