@@ -24,7 +24,7 @@ from conftest import REPO, TINY, copy_workflow, learnable_tokens, run_snakemake
 from growlm.errors import GrowlmError
 from growlm.flops import forward_flops_per_token, model_train_flops_per_token
 from growlm.growth import grow, load_plugins
-from growlm.growth.common import pack, unpack
+from growlm.growth.algebra import pack, unpack
 from growlm.growth.members import linear_assignment, permute
 from growlm.growth.moments import inherited_masks
 from growlm.jobs.plugins import check_operator

@@ -32,6 +32,7 @@ from growlm.experiment import (  # noqa: E402
     model_settings,
     refine_operators,
     refine_ramps,
+    refine_settings,
     schedule_settings,
     source_settings,
     split_caps,
@@ -321,8 +322,8 @@ def baseline_train(wildcards):
 
 
 def refine_train(wildcards):
-    return train_settings(
-        config, "refine", seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
+    return refine_settings(
+        config, wildcards.method, seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 
 from growlm.methods import OPERATORS, check_options, growth_names, refine_names
+from growlm.recipes import refine_recipe
 from growlm.outputs import DEFAULT, results_dir
 from growlm.train_config import TrainConfig
 
@@ -97,6 +98,13 @@ def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = 
 
 
 FAMILY_DEFAULTS = {"llama": {"heads_per_kv": 2, "mlp_ratio": 3, "attention_bias": False}}
+
+
+def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr: float) -> dict:
+    """The refinement's training settings for `method`: the large arms' (`train_settings(..., "refine")`)
+    with the method's own recipe on top, where its authors prescribe one (growlm.recipes)."""
+    settings = train_settings(config, "refine", seed=seed, tokens=tokens, lr=lr)
+    return canonical(refine_recipe(config, method, settings))
 
 
 def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
@@ -228,10 +236,11 @@ def canonical(value):
 def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, seed: int) -> dict:
     """What the grow job of a schedule (the V-cycle, the Apollo-style control) reads."""
     model = model_settings(config, n_embd=n_embd, n_layer=n_layer)
-    if method == "vcycle":
+    if method == "vcycle":  # the stages are shares of the reference budget's steps, at the large arms' rate
         vc = config["vcycle"]
-        train = train_config(config, "large", seed=int(seed) + 104729, tokens=int(vc["tokens"]),
-                             lr=float(vc["lr"])).run_settings()
+        budgets = normalise_sweep(config)["budgets"]
+        train = train_config(config, "large", seed=int(seed) + 104729, tokens=min(int(b) for b in budgets),
+                             lr=float(normalise_sweep(config)["lrs"][0])).run_settings()
         return canonical({"vcycle": dict(vc), "train": train, "model": model,
                           "memory_limit_gb": config["resources"]["memory_limit_gb"]})
     ap, t = config["apollo"], config["train"]

@@ -344,11 +344,22 @@ def _schedule_problems(config: dict, sweep: dict) -> list[str]:
     ids = {method_id(m) for m in sweep["methods"]}
     head_dim = config["model"]["head_dim"]
     if "vcycle" in ids:
-        k = config["vcycle"]["factor"]
+        vc = config["vcycle"]
+        k, levels = vc["factor"], vc["levels"]
+        total = k ** (levels - 1)  # the coarsest level is total times narrower and shallower
+        r = config["model"].get("heads_per_kv") or (FAMILY_DEFAULTS.get(config["model"].get("family", "gpt2"), {})
+                                                   .get("heads_per_kv", 1))
         for d1, L1 in itertools.product(sweep["d1"], sweep["L1"]):
-            if d1 % k or L1 % k or (d1 // k) % head_dim:
-                out.append(f"vcycle.factor = {k}: does not divide d1 = {d1} and L1 = {L1} into a model of whole "
-                           f"heads of size {head_dim}; use a factor that divides both")
+            if d1 % total or L1 % total or (d1 // total) % (head_dim * r):
+                out.append(f"vcycle: {levels} levels by factor {k} need d1 = {d1} and L1 = {L1} divisible by {total} "
+                           f"into whole heads of {head_dim} (in groups of {r} per key/value head); use fewer levels "
+                           f"or a factor that divides both")
+        batch = (config["train"].get("refine") or {}).get("batch_size", config["train"]["large"]["batch_size"])
+        one = batch * config["model"]["context"]
+        for budget in sweep["budgets"]:
+            if vc["final_share"] * budget < one:
+                out.append(f"vcycle.final_share = {vc['final_share']}: the last stage of budget {budget} would be "
+                           f"shorter than one batch ({one} tokens)")
     return out
 
 

@@ -19,7 +19,7 @@ family-neutral weight form of `growlm.families`, so on GPT-2 and Llama models al
     members   msg_members, merge (weight matching, averaging)
     learned   ligo, mango
     masked    GrownModel, the model with growth masks and grouped norms (msg, msg_members, concat)
-    common    the weight form's tools, the width engine
+    algebra   the weight form's tools, the width engine, the depth plans
     registry  the implementations by name; `implements`, `register_operator`
     chain     grow(), save_grown, load_grown
     moments   optimizer-state carry-over (the linear part of an operator, applied to AdamW moments)

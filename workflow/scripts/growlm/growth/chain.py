@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, read_json, record_sha256
 from growlm.families import FAMILY, family_of
-from growlm.growth.common import norm_eps
+from growlm.growth.algebra import norm_eps
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain

@@ -24,7 +24,7 @@ row u, tiled together; rotary positions act per head, whose size is kept.
 from __future__ import annotations
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import WidthEngine, generator, pack, single_tile_plan, target_config, unpack
+from growlm.growth.algebra import WidthEngine, generator, pack, single_tile_plan, target_config, unpack
 from growlm.growth.registry import implements
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape

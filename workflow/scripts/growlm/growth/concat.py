@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (WidthEngine, generator, mlp_width, norm_eps, pack, target_config, tile_plan,
+from growlm.growth.algebra import (WidthEngine, generator, mlp_width, norm_eps, pack, target_config, tile_plan,
                                   unpack)
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import WRITER_KEYS, insertion_plan, neighbour_of, pack, target_config, unpack, with_blocks
+from growlm.growth.algebra import WRITER_KEYS, insertion_plan, neighbour_of, pack, target_config, unpack, with_blocks
 from growlm.growth.registry import implements
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape

@@ -22,7 +22,7 @@ square and break the norm, so there the residue coordinates hold 0 instead (writ
 residue columns zero). The mean square of the grown residual is then s = k d0 / d1 times the
 source's, and RMSNorm stays exact with gamma' = sqrt(s) * tiled gamma and eps' = s * eps: the same
 rescaling as LayerNorm's, for the same reason (the normaliser scales by sqrt(s)). Heads are copied
-in whole groups of r query heads with their key/value head (`growlm.growth.common.kv_plan`).
+in whole groups of r query heads with their key/value head (`growlm.growth.algebra.kv_plan`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import (WRITER_KEYS, WidthEngine, generator, insertion_plan, mlp_width, norm_eps, pack,
+from growlm.growth.algebra import (WRITER_KEYS, WidthEngine, generator, insertion_plan, mlp_width, norm_eps, pack,
                                   target_config, tile_plan, unpack)
 from growlm.growth.registry import implements
 from growlm.methods import check_heads

@@ -38,7 +38,7 @@ from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError
 from growlm.families import FAMILY, family_of
-from growlm.growth.common import empty_model, load_into, norm_eps, pack, ramp, target_config, unpack, with_blocks
+from growlm.growth.algebra import empty_model, load_into, norm_eps, pack, ramp, target_config, unpack, with_blocks
 from growlm.shape import ModelShape
 
 MASK_KEYS = ("res_new", "head_new", "mlp_new", "block_new")

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import clone_weights, insertion_plan, mlp_width, pack, target_config, unpack
+from growlm.growth.algebra import clone_weights, insertion_plan, mlp_width, pack, target_config, unpack
 from growlm.growth.masked import GrownModel
 from growlm.growth.msg import msg
 from growlm.growth.registry import implements

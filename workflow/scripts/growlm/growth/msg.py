@@ -27,7 +27,7 @@ import math
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import generator, init_std as family_std, insertion_plan, pack, target_config, unpack
+from growlm.growth.algebra import generator, init_std as family_std, insertion_plan, pack, target_config, unpack
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
 from growlm.methods import check_heads

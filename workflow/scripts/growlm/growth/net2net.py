@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.common import WidthEngine, WidthPlan, generator, mlp_width, pack, target_config, unpack
+from growlm.growth.algebra import WidthEngine, WidthPlan, generator, mlp_width, pack, target_config, unpack
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
 from growlm.shape import ModelShape

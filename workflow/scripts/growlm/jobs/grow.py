@@ -26,7 +26,7 @@ from growlm.model import build_model, load_model
 from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
 from growlm.profiling.ranges import phase
 from growlm.schedules.apollo import apollo_schedule
-from growlm.schedules.vcycle import coalesce, decoalesce, interpolate
+from growlm.schedules.vcycle import coalesce, interpolate, vcycle_plan
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
@@ -126,26 +126,55 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
 
 def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
            out_dir, memory_limit_gb: float | None = None) -> None:
-    """The Multi-Level V-cycle as one more arm (it reuses no small model): M_0's own initialisation
-    is coalesced to a model `factor` times narrower and shallower, trained on level 1 for
-    `vcycle.tokens` tokens (its FLOPs are the growth cost), de-coalesced and interpolated with the
-    initialisation (theta = (1 - alpha) theta_init + alpha theta_decoalesced); refine trains on."""
-    k = int(vcycle["factor"])
-    n_embd, n_layer = model["n_embd"], model["n_layer"]
-    if n_embd % k or n_layer % k or (n_embd // k) % model["head_dim"]:
-        raise GrowlmError(f"vcycle factor {k} does not divide width {n_embd} and depth {n_layer} into whole heads")
-    init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
-    small = coalesce(init, n_embd=n_embd // k, n_layer=max(1, n_layer // k))
-    cfg = TrainConfig.from_dict(train, device=choose_device())
+    """The Multi-Level V-cycle as one more arm (it reuses no small model), the authors' recipe
+    (growlm.schedules.vcycle): M_0's own initialisation trained briefly at full size (all warm-up),
+    coalesced, the coarse model trained at a multiple of the rate with a fresh optimizer (with more
+    levels: coalesced again, and back up), de-coalesced and interpolated with the weights from before
+    coalescing; the refinement then trains the large model (its recipe: no re-warm-up). `train`: the
+    large arms' training settings at the reference budget (the shortest of the sweep), whose steps the
+    stages' shares are of; every stage's FLOPs are the growth cost, its ledger kept in the grown
+    folder."""
+    k, levels = int(vcycle["factor"]), int(vcycle["levels"])
+    pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
+    base = TrainConfig.from_dict(train, device=choose_device())
+    plan = vcycle_plan(levels=levels, steps=base.steps, stage_share=float(vcycle["stage_share"]),
+                       coarse_share=float(vcycle["coarse_share"]), lr=base.lr,
+                       lr_multiplier=float(vcycle["lr_multiplier"]))
+    model_now = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
     out_dir = Path(out_dir)
-    summary = train_and_save(small, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir / "coalesced",
-                             tokenizer_dir=None, memory_limit_gb=memory_limit_gb, info={"role": "vcycle coalesced model"})
-    grown = interpolate(init, decoalesce(small.cpu(), n_embd=n_embd, n_layer=n_layer), alpha=float(vcycle["alpha"]))
+    before: dict[int, torch.nn.Module] = {}  # each level's weights just before it was coalesced
+    stages, flops, wall, current = [], 0, 0.0, 1
+    for i, stage in enumerate(plan, start=1):
+        level = stage["level"]
+        while current < level:  # down: coalesce into the next level
+            before[current] = model_now
+            model_now = coalesce(model_now.cpu(), factor=k, pairing=pairing, embeddings=embeddings)
+            current += 1
+        if level < current:  # up: de-coalesce into this level, interpolated with its weights from before
+            model_now = interpolate(before[level], model_now.cpu(), float(vcycle["alpha"]), factor=k,
+                                    pairing=pairing, embeddings=embeddings)
+            current = level
+        cfg = base.with_(tokens=stage["steps"] * base.batch_size * base.context, lr=stage["lr"],
+                         warmup_steps=stage["warmup_steps"], seed=base.seed + 7919 * i)
+        summary = train_and_save(model_now, cfg, train_file=train_file, val_file=val_file,
+                                 out_dir=out_dir / f"stage{i}_level{level}_{stage['direction']}",
+                                 tokenizer_dir=tokenizer_dir,
+                                 memory_limit_gb=memory_limit_gb,
+                                 info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
+        flops += summary["flops"]
+        wall += summary["wall_s"]
+        stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
+                       "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L})
+        log(f"V-cycle stage {i}: level {level} ({stage['direction']}), width {stages[-1]['width']}, "
+            f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
+    grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,
+                        embeddings=embeddings)
     save_grown(grown, out_dir)
     (out_dir / "growth.json").write_text(json.dumps(
-        {"method": "vcycle", "chain": ["vcycle"], "options": vcycle, "growth_flops": summary["flops"],
-         "growth_wall_s": summary["wall_s"], "members": []}, indent=2))
-    log(f"V-cycle: coalesced x{k}, trained {summary['tokens']} tokens, interpolated with alpha {vcycle['alpha']}")
+        {"method": "vcycle", "chain": ["vcycle"], "options": vcycle, "growth_flops": flops,
+         "growth_wall_s": wall, "stages": stages, "members": []}, indent=2))
+    log(f"V-cycle: {levels} levels by {k} ({pairing} pairing), {len(stages)} stages, {flops:.3g} FLOPs; "
+        f"interpolated with alpha {vcycle['alpha']}")
 
 
 def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_decay: float, grad_clip: float,
