@@ -27,7 +27,7 @@ methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo]
 members: {data: shards, shards: 2}
 grow: {options: {ligo: {steps: 2}}}
 profile: {tools: [nsys, ncu]}
-vcycle: {tokens: 8000}
+vcycle: {coarse_share: 0.3}
 apollo: {tokens: 8000}
 """
 
@@ -51,8 +51,9 @@ TABLE = {
     "seeds": ("seeds: [1]", SWEPT_PROFILED, {"train_small", "train_baseline", "evaluate_ensemble",
                                                      *SWEEP_NEW}),
     # growth is shared across budgets: a new budget list touches no grow job
-    "budgets": ("budgets: [20000]", SWEPT, {"train_baseline", "refine", "evaluate_model"}),
-    "lrs": ("lrs: [0.002]", SWEPT, {"train_baseline", "refine", "evaluate_model"}),
+    # (the V-cycle's stages are shares of the shortest budget's steps at the first rate: its grow job reads them)
+    "budgets": ("budgets: [20000]", {*SWEPT, "grow"}, {"train_baseline", "refine", "evaluate_model"}),
+    "lrs": ("lrs: [0.002]", {*SWEPT, "grow"}, {"train_baseline", "refine", "evaluate_model"}),
     "methods": ("methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo, lemon]", SWEPT, SWEEP_NEW),
     "model.head_dim": ("model: {head_dim: 4}", {"train_small", "train_baseline", "grow", "profile"}, set()),
     # the family and its settings are model settings: the models built from scratch and the schedules
@@ -84,15 +85,20 @@ TABLE = {
     "tokenizer.min_frequency": ("tokenizer: {min_frequency: 3}", {"fit_tokenizer"}, set()),
     "members.data": ("members: {data: seed}", {"train_small"}, set()),
     "members.shards": ("members: {shards: 3}", {"train_small"}, set()),
+    # members you already have: imported (not trained), their tokenizer the experiment's, M_0 built like them
+    "members.pretrained": ("members: {pretrained: [pm/m1, pm/m2], data: seed}",
+                           {"compare", "evaluate_ensemble", "grow", "plans_table", "profile", "profile_report",
+                            "train_baseline"}, {"evaluate_model", "import_member", "member_tokenizer"}),
+    "members.cost": ("members: {cost: {tokens: 5}}", set(), set()),  # a pretrained member's: none here
     # the members branch from a trunk trained once: their budget (params) and their inputs change
     "members.trunk": ("members: {trunk: 0.5}", {"train_small"}, {"train_trunk"}),
     "train.small.tokens": ("train: {small: {tokens: 14000}}", SMALL_PROFILE, set()),
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
     "train.small.warmup_steps": ("train: {small: {warmup_steps: 4}}", SMALL_PROFILE, set()),
-    "train.large.tokens": ("train: {large: {tokens: 20000}}", SWEPT_PROFILED,
+    "train.large.tokens": ("train: {large: {tokens: 20000}}", {*SWEPT_PROFILED, "grow"},
                            {"train_baseline", "refine", "evaluate_model"}),
-    "train.large.lr": ("train: {large: {lr: 0.002}}", SWEPT_PROFILED,
+    "train.large.lr": ("train: {large: {lr: 0.002}}", {*SWEPT_PROFILED, "grow"},
                        {"train_baseline", "refine", "evaluate_model"}),
     "train.large.batch_size": ("train: {large: {batch_size: 4}}", {"train_baseline", "refine", "grow", "profile"},
                                set()),  # grow: ligo's level-1 batches and the schedules
@@ -111,10 +117,15 @@ TABLE = {
     "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
     "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
+    "vcycle.levels": ("vcycle: {levels: 3}", {"grow"}, set()),
     "vcycle.factor": ("vcycle: {factor: 4}", {"grow"}, set()),
-    "vcycle.tokens": ("vcycle: {tokens: 9000}", {"grow"}, set()),
-    "vcycle.lr": ("vcycle: {lr: 0.001}", {"grow"}, set()),
+    "vcycle.pairing": ("vcycle: {pairing: adjacent}", {"grow"}, set()),
+    "vcycle.stage_share": ("vcycle: {stage_share: 0.1}", {"grow"}, set()),
+    "vcycle.coarse_share": ("vcycle: {coarse_share: 0.4}", {"grow"}, set()),
+    "vcycle.lr_multiplier": ("vcycle: {lr_multiplier: 2}", {"grow"}, set()),
     "vcycle.alpha": ("vcycle: {alpha: 0.4}", {"grow"}, set()),
+    "vcycle.embeddings": ("vcycle: {embeddings: sum}", {"grow"}, set()),
+    "vcycle.final_share": ("vcycle: {final_share: 0.4}", {"refine"}, set()),  # the V-cycle's refinement only
     "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
     "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
@@ -156,6 +167,18 @@ def schema_keys() -> set[str]:
     return set(walk(schema, ""))
 
 
+def _pretrained_members(root):
+    """Two GPT-2 members of the base's member shape, saved with a tokenizer (for members.pretrained)."""
+    from growlm.model import build_model, save_model
+    from growlm.tokenizer import fit_tokenizer, vocab_size
+
+    fit_tokenizer([REPO / "workflow/resources/corpus/pg18735_little_red_hen.txt"], root / "tok", vocab_size=300)
+    for i in (1, 2):
+        model = build_model(seed=i, n_embd=16, n_layer=1, vocab_size=vocab_size(root / "tok"), n_positions=64,
+                            head_dim=8)
+        save_model(model, root / f"m{i}", tokenizer_dir=root / "tok")
+
+
 @pytest.fixture(scope="module")
 def dag_params(tmp_path_factory):
     """A function: what Snakemake records for each job's rerun triggers (its params and its set of
@@ -165,6 +188,7 @@ def dag_params(tmp_path_factory):
 
     wd = copy_workflow(tmp_path_factory.mktemp("reruns") / "wf")
     (wd / "base.yaml").write_text(BASE)
+    _pretrained_members(wd / "pm")
 
     @functools.cache
     def params(overlay: str = "") -> dict:

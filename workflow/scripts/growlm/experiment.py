@@ -241,7 +241,8 @@ def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, s
         budgets = normalise_sweep(config)["budgets"]
         train = train_config(config, "large", seed=int(seed) + 104729, tokens=min(int(b) for b in budgets),
                              lr=float(normalise_sweep(config)["lrs"][0])).run_settings()
-        return canonical({"vcycle": dict(vc), "train": train, "model": model,
+        stages = {k: v for k, v in vc.items() if k != "final_share"}  # the last stage is the refinement's
+        return canonical({"vcycle": stages, "train": train, "model": model,
                           "memory_limit_gb": config["resources"]["memory_limit_gb"]})
     ap, t = config["apollo"], config["train"]
     return canonical({"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
