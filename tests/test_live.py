@@ -6,6 +6,7 @@ reported number."""
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -82,3 +83,25 @@ def test_a_resumed_run_hides_the_points_it_redoes(tmp_path):
     again.row(row(0, 9.5))
     again.close()
     assert curves(tmp_path / "run")["loss/val"] == [(0, 9.5)]
+
+
+def test_wandb_logs_offline_into_the_run_folder(tmp_path, monkeypatch):
+    """With wandb installed (not part of growlm's extras), `wandb` in train.log_to writes an offline
+    run (no account, no network) inside the model's live folder, named by the model's path."""
+    pytest.importorskip("wandb", reason="wandb is optional (pip install wandb)")
+    from growlm.live import LiveCurves
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    live = LiveCurves(to=["wandb"], run_dir=tmp_path / "run", name="baseline/d32_L2/s0", group="tiny",
+                      offset_flops=100)
+    live.row({"step": 0, "tokens": 0, "flops": 0, "wall_s": 0.0, "lr": 1e-3, "train_loss": "", "val_loss": 5.0})
+    live.row({"step": 4, "tokens": 400, "flops": 40, "wall_s": 1.0, "lr": 1e-3, "train_loss": 4.6, "val_loss": 4.5})
+    live.close()
+    [run] = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    [records] = run.glob("*.wandb")
+    for _ in range(60):  # wandb's service process writes the records after finish() returns
+        if b"loss/val" in records.read_bytes():
+            break
+        time.sleep(0.5)
+    assert b"loss/val" in records.read_bytes() and b"baseline/d32_L2/s0" in records.read_bytes()

@@ -72,12 +72,12 @@ rule report_tasks:
         html=report(
             res("report/tasks.html"),
             caption="../report/tasks.rst",
-            category="4. Benchmark tasks",
+            category="5. Benchmark tasks",
         ),
         svg=report(
             res("report/tasks.svg"),
             caption="../report/tasks_vs_flops.rst",
-            category="4. Benchmark tasks",
+            category="5. Benchmark tasks",
         ),
     log:
         res("logs/report_tasks.log"),
