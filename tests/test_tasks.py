@@ -111,7 +111,9 @@ def test_tasks_land_in_the_comparison_the_csv_and_the_report(tiny_run, tmp_path)
     assert record["settings"]["random_seed"] == 0 and record["settings"]["device"] == "cpu"
 
     assert "Benchmark tasks" in (res / "report/summary.rst").read_text()
-    assert "growlm_cloze" in (res / "report/tasks.html").read_text()
+    shown = (res / "report/tasks.html").read_text()
+    assert shown.count("<tr") == 1 + models  # the header, then one row per model
+    assert "<th>growlm_cloze acc ↑</th>" in shown and "<th>growlm_cloze perplexity ↓</th>" in shown
     assert (res / "report/tasks.svg").stat().st_size > 5000
     assert "M_1 growlm_cloze/acc" in (res / "report/comparison.html").read_text()
     run_snakemake(wd, "--cores", "1", *args, "--report", "results/tiny/report.html")

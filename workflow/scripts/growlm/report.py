@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -287,12 +288,12 @@ def budget_plot(comparison: pd.DataFrame, out_svg) -> None:
             ax.set_xscale("log")
         ax.set_xticks(budgets, [f"{b / 1e6:.3g}M" for b in budgets])
         ax.minorticks_off()
-        ax.set_xlabel("M_0's budget (training tokens; each refinement has the same)")
+        ax.set_xlabel("M_0's budget (training tokens)")
         ax.set_title(what, fontsize=10)
     axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    fig.suptitle("Cost ratio against the budget (mean over seeds, bars: standard deviation; below 1: growth paid)",
-                 fontsize=10)
+    fig.suptitle("Cost ratio against M_0's budget, each refinement trained as many tokens (mean over seeds, bars: "
+                 "standard deviation; below 1: growth paid)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out_svg)
     plt.close(fig)
@@ -326,9 +327,14 @@ def tasks_html(table: pd.DataFrame, out_html) -> None:
         ok["score"] = [f"{v:.4g}" + (f" ± {e:.2g}" if pd.notna(e) else "") for v, e in zip(ok["value"], ok["stderr"])]
         ok["arrow"] = ok["higher_is_better"].map({True: " ↑", False: " ↓", "True": " ↑", "False": " ↓"}).fillna("")
         ok["column"] = ok["task"] + " " + ok["metric"] + ok["arrow"]
-        keys = ["arm", "method", "d0", "L0", "d1", "L1", "n", "seed", "budget", "lr", "training_flops"]
-        wide = ok.pivot_table(index=keys, columns="column", values="score", aggfunc="first", dropna=False)
+        keys = ["arm", "method", "d0", "L0", "d1", "L1", "n", "seed", "budget", "lr"]
+        # a model's empty sweep values (a member has no budget) as text, so that the pivot keeps its row
+        for key in keys:
+            ok[key] = ok[key].map(lambda v: "" if pd.isna(v) else str(int(v)) if isinstance(v, float)
+                                  and v.is_integer() and key != "lr" else str(v))
+        wide = ok.pivot_table(index=[*keys, "training_flops"], columns="column", values="score", aggfunc="first")
         wide = wide.reset_index().sort_values("training_flops")
+        wide.columns.name = None
         wide["training_flops"] = wide["training_flops"].map(lambda v: f"{v:.3e}")
         parts.append("<p>Scores with their standard errors; ↑ higher is better, ↓ lower is better. Training FLOPs "
                      "count everything a model was made from (an M_1's members and growth included).</p>")
@@ -352,6 +358,7 @@ def tasks_plot(table: pd.DataFrame, out_svg) -> None:
         sns.scatterplot(data=g, x="training_tflops", y="value", hue="arm", style="kind", s=60, ax=ax)
         if g["training_tflops"].gt(0).all() and g["training_tflops"].nunique() > 1:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labels at the decades only
         if "perplexity" in metric and g["value"].gt(0).all():
             ax.set_yscale("log")
         better = g["higher_is_better"].astype(str).iloc[0]
