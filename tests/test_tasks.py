@@ -126,7 +126,7 @@ def test_a_failing_task_is_recorded_and_named_not_raised(tiny_run, tmp_path):
     """A task whose data cannot be read: the run gives a record with the error (the job succeeds, so
     every other result stays), and the table and the first page name the task and the model."""
     from growlm.compare import task_table
-    from growlm.harness import run_task
+    from growlm.jobs.evaluate import evaluate_tasks
     from growlm.report import summary_sentences, tasks_html
 
     folder = tmp_path / "broken"
@@ -138,12 +138,11 @@ def test_a_failing_task_is_recorded_and_named_not_raised(tiny_run, tmp_path):
     assert task_problems([str(folder)]) == []  # it parses: only running it shows the missing data
     member = tiny_run / "results/tiny/models/small/d16_L1/s0/m1"
     spec = task_specs([str(folder)], bundled_dir="unused")[0]
-    record = run_task(member, spec, device="cpu", limit=5, log=lambda *_: None)
-    assert record["error"] and record["tasks"] == ["broken_data"] and not record["scores"]
-    record["model"] = str(member)
     out = tmp_path / "eval" / "broken.json"
-    out.parent.mkdir()
-    out.write_text(json.dumps(record))
+    evaluate_tasks(model_dir=member, spec=spec, limit=5, out_file=out)  # the job's function: it returns
+    record = json.loads(out.read_text())
+    assert record["error"] and record["tasks"] == ["broken_data"] and not record["scores"]
+    assert record["model"] == str(member)
 
     combos = [{"d0": 16, "L0": 1, "d1": 32, "L1": 2, "n": 2, "method": "m", "seed": 0, "budget": 1, "lr": 1}]
     paths = {"small": str(tiny_run / "results/tiny/models/small/d{d0}_L{L0}/s{seed}/m{member}"),
