@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up growlm in ./.venv: torch first, the build this machine can use (a bare `torch` requirement
-# would pull whatever build the index serves), then the package with its pinned dependencies and
-# the test tools.
+# would pull whatever build the index serves), then the package with its pinned dependencies, the
+# test tools and the eval extra (lm-evaluation-harness for evaluate.tasks, tensorboard for
+# train.log_to).
 #
 # Which torch (say it without installing anything: `bash setup.sh --which-torch`):
 #   - TORCH_INDEX set: torch from that wheel index, as given, e.g.
@@ -90,5 +91,5 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
     fi
 fi
-.venv/bin/python -m pip install --quiet -e ".[test]"
+.venv/bin/python -m pip install --quiet -e ".[test,eval]"
 .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"

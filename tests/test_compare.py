@@ -185,3 +185,76 @@ def test_the_first_page_says_whether_growing_paid_for_each_arm(tmp_path):
     assert "**stack** (grown from m_1 alone): growing did not pay." in text
     assert "untrained logit-average ensemble has test loss 5.200" in text
     assert "[" not in text  # no Python reprs
+
+
+def budget_comparison(path):
+    """A comparison of three budgets: msg's cost ratio falls as the budget grows, concat's rises, and
+    concat's control reaches M_0's loss at the largest budget only (two seeds each)."""
+    rows = []
+    for budget, msg, concat in ((500_000, 0.95, 0.90), (1_000_000, 0.85, 1.00), (2_000_000, 0.70, 1.15)):
+        for seed in (0, 1):
+            base = {"d0": 64, "L0": 4, "d1": 128, "L1": 4, "n": 2, "budget": budget, "seed": seed,
+                    "m0_final_val_loss": 4.5, "m1_final_val_loss": 4.4, "members_used": 1}
+            rows.append({**base, "method": "msg", "arm": "grown from m_1 (single-source operator)", "reached": True,
+                         "cost_ratio": msg + 0.02 * seed, "cost_ratio_small_free": msg - 0.2})
+            rows.append({**base, "method": "concat", "arm": "grown from n members", "members_used": 2,
+                         "reached": True, "cost_ratio": concat + 0.02 * seed, "cost_ratio_small_free": concat - 0.3})
+            late = budget == 2_000_000
+            rows.append({**base, "method": "concat@m1", "arm": "control: m_1 only", "reached": late,
+                         "cost_ratio": 1.3 if late else math.nan, "cost_ratio_small_free": 1.1 if late else math.nan})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_the_first_page_says_whether_the_saving_grows_with_the_budget(tmp_path):
+    from growlm.report import summary_sentences
+
+    text = "\n".join(summary_sentences(budget_comparison(tmp_path / "c.csv")))
+    assert "The saving across budgets (width 64 -> 128, n = 2; M_0 and each refinement trained 500,000, 1,000,000, " \
+           "2,000,000 tokens)" in text
+    assert "**msg**: the saving grows with the budget (0.96, 0.86, 0.71; free: 0.75, 0.65, 0.50)." in text
+    assert "**concat**: the saving shrinks with the budget (0.91, 1.01, 1.16; free: 0.60, 0.70, 0.85)." in text
+    assert "**concat@m1**: M_1 reached M_0's loss at fewer than two budgets, so no trend (not reached, not " \
+           "reached, 1.30;" in text
+
+
+def test_one_budget_has_no_budget_sentence(tmp_path):
+    from growlm.report import summary_sentences
+
+    df = pd.read_csv(budget_comparison(tmp_path / "c.csv"))
+    df[df["budget"] == 500_000].to_csv(tmp_path / "one.csv", index=False)
+    assert not any("across budgets" in s for s in summary_sentences(tmp_path / "one.csv"))
+
+
+def test_the_budget_figure_draws_each_arm_against_the_budget(tmp_path):
+    """One line per method in each panel (small models counted, free), one point per budget, at the
+    mean over the seeds; the control's budgets that no seed reached are marked, not drawn."""
+    import matplotlib.pyplot as plt
+
+    from growlm import report
+
+    saved = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved["fig"] = fig
+        return real_savefig(fig, *args, **kwargs)
+
+    comparison = pd.read_csv(budget_comparison(tmp_path / "c.csv"))
+    plt.Figure.savefig = keep
+    try:
+        report.budget_plot(comparison, tmp_path / "b.svg")
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert (tmp_path / "b.svg").stat().st_size > 10_000
+    counted, free = saved["fig"].axes[:2]
+    for ax, column in ((counted, "cost_ratio"), (free, "cost_ratio_small_free")):
+        lines = {c.get_label(): c.lines[0] for c in ax.containers}  # an error-bar line per method
+        assert set(lines) == {"msg", "concat", "concat@m1"}
+        msg = comparison[comparison["method"] == "msg"].groupby("budget")[column].mean()
+        assert list(lines["msg"].get_xdata()) == list(msg.index)
+        assert np.allclose(lines["msg"].get_ydata(), msg.values)
+        assert [float(v) for v in lines["concat@m1"].get_ydata() if v == v] == [comparison[
+            (comparison["method"] == "concat@m1") & (comparison["budget"] == 2_000_000)][column].mean()]
+        marks = [t.get_text() for t in ax.texts]
+        assert "concat@m1: 0/2 reached" in marks and len([m for m in marks if m.startswith("concat@m1")]) == 2

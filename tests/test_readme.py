@@ -101,12 +101,28 @@ def babylm(command: str, wd: Path, tiny_run: Path) -> None:
     dry_run(command, wd)
 
 
+def tensorboard(command: str, wd: Path, tiny_run: Path) -> None:
+    """TensorBoard on the live curves: the tiny run's (it logs to TensorBoard), read by TensorBoard's
+    own `--inspect`, which lists every run folder and its scalars instead of serving them."""
+    words = shlex.split(command)
+    logdir = words[words.index("--logdir") + 1]
+    assert logdir == "results/live", command  # the default experiment's; the tiny run's is results/tiny/live
+    live = tiny_run / "results" / "tiny" / "live"
+    proc = subprocess.run([sys.executable, "-m", "tensorboard.main", "--inspect", "--logdir", str(live)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for kind in ("small", "baseline", "refined"):
+        assert f"{live}/{kind}/" in proc.stdout, proc.stdout[-3000:]
+    assert "loss/val" in proc.stdout
+
+
 HANDLERS = [
     (r"bash setup\.sh && \.venv/bin/snakemake --cores 2 && \.venv/bin/snakemake --report \S+", setup_and_run_and_report),
     (r"bash setup\.sh && \.venv/bin/python -m pytest .*", setup_and_test),
     (r"\.venv/bin/snakemake .*config/babylm\.yaml.*", babylm),
     (r"\.venv/bin/snakemake .*", lambda command, wd, tiny_run: dry_run(command, wd)),
     (r"tail -f .*", follow_logs),
+    (r"\.venv/bin/tensorboard --logdir \S+", tensorboard),
     (r"\.venv/bin/python -m growlm\.profiling .*", profiling_cli),
     (r"\.venv/bin/snakedeploy deploy-workflow .*", snakedeploy),
 ]

@@ -115,6 +115,7 @@ TABLE = {
     "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
     "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
     "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
+    "train.log_to": ("train: {log_to: []}", set(), set()),  # where live curves go (params.live, derived)
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
     "controls.ensemble": ("controls: {ensemble: false}", {"compare"}, set()),
     "vcycle.levels": ("vcycle: {levels: 3}", {"grow"}, set()),
@@ -140,6 +141,10 @@ TABLE = {
     "profile.ncu_kernel_filter": ("profile: {ncu_kernel_filter: gemm}", {"profile"}, set()),
     "profile.ncu_launch_count": ("profile: {ncu_launch_count: 5}", {"profile"}, set()),
     "evaluate.test_tokens": ("evaluate: {test_tokens: 2048}", {"evaluate_model", "evaluate_ensemble"}, set()),
+    # a task adds its own jobs (one per model) and its scores to the comparison and the first page
+    "evaluate.tasks": ("evaluate: {tasks: [growlm_cloze]}", {"compare", "report_figures"},
+                       {"cloze_task", "evaluate_tasks", "report_tasks"}),
+    "evaluate.task_limit": ("evaluate: {task_limit: 5}", set(), set()),  # read by task jobs only (none in the base)
     "resources.gpu": ("resources: {gpu: 1}", set(), set()),  # what the scheduler gives, not what is computed
     "resources.cpus_per_gpu": ("resources: {cpus_per_gpu: 2}", set(), set()),
     "resources.mem_mb": ("resources: {mem_mb: 2000}", set(), set()),
@@ -239,10 +244,12 @@ def test_reordered_keys_of_a_source_rerun_nothing(dag_params):
 
 
 def test_a_longer_budget_touches_no_job_of_the_shorter_one(dag_params):
-    """Adding a budget adds its own M_0 and refinements; the grown models, the existing refinements
-    (their mask ramps are a fifth of the shortest refinement, unchanged) and every other job stay."""
+    """Adding a budget adds its own M_0 and refinements (and, with several budgets, the figure of the
+    cost ratio against the budget); the grown models, the existing refinements (their mask ramps are
+    a fifth of the shortest refinement, unchanged) and every other job stay."""
     base, new = dag_params(), dag_params("budgets: [24000, 48000]")
     changed = {job[0] for job, p in new.items() if job in base and base[job] != p}
     added = {job[0] for job in new if job not in base}
-    assert changed == {"compare", "plans_table"} and added == {"train_baseline", "refine", "evaluate_model"}
+    assert changed == {"compare", "plans_table"}
+    assert added == {"train_baseline", "refine", "evaluate_model", "budget_plot"}
     assert all(job in new for job in base)

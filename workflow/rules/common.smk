@@ -51,6 +51,7 @@ from growlm.methods import (  # noqa: E402
 from growlm.resume import interrupted_run_notice  # noqa: E402
 from growlm.pretrained import spec_of as pretrained_spec  # noqa: E402
 from growlm.sources import hub_problem, local_files  # noqa: E402
+from growlm.tasks import task_problems, task_specs  # noqa: E402
 from growlm.validate import check_config, experiment_warnings  # noqa: E402
 
 # every command growlm prints for you to run is your own command line (growlm.hints): the jobs
@@ -394,6 +395,16 @@ def training_resources():
     )
 
 
+def live_settings(wildcards, output):
+    """Where a training job writes its live curves (`train.log_to`; None: nowhere): one run per model
+    under the experiment's live/ folder, named by the model's path under models/. A params function of
+    the output, so Snakemake leaves it out of the rerun trigger: changing train.log_to reruns nothing."""
+    if not config["train"]["log_to"]:
+        return None
+    name = os.path.relpath(str(Path(output.model).parent), res("models"))
+    return {"to": list(config["train"]["log_to"]), "dir": res(f"live/{name}"), "name": name, "experiment": EXPERIMENT}
+
+
 def evaluation_resources():
     """An evaluation job runs its model on the GPU when there is one, so it counts as a GPU job: at
     most one GPU (evaluation runs in one process), none when the training jobs ask for none."""
@@ -417,6 +428,38 @@ def job_how(wildcards, resources):
         "compile": config["train"]["compile"],
         "sync_every": int(config["train"]["sync_every"]),
     }
+
+
+# --- lm-evaluation-harness tasks (evaluate.tasks): one job per model and task entry -------------
+# growlm's own tasks (growlm.tasks.BUNDLED) are written into the experiment's tasks/ folder, data included
+TASKS = {spec["id"]: spec for spec in task_specs(config["evaluate"]["tasks"], bundled_dir=res("tasks"))}
+
+
+def task_targets():
+    """The task records of every model of the sweep (none when evaluate.tasks is empty)."""
+    return [f"{d}/tasks/{task}.json".replace(res("models/"), res("eval/"), 1) for d in model_dirs() for task in TASKS]
+
+
+def task_inputs(wildcards):
+    """What a task run reads besides the model: the written folder of a bundled task, every file of a
+    local task folder (editing its YAML reruns it); a registry task reads the Hub."""
+    spec = TASKS[wildcards.task]
+    if spec["bundled"]:
+        return [f"{spec['folder']}/{wildcards.task}.yaml", f"{spec['folder']}/test.jsonl"]
+    if spec["folder"]:
+        return sorted(str(f) for f in Path(spec["folder"]).rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    return []
+
+
+def extra_targets():
+    """Targets of `all` that only some experiments have: the task scores and their report (with
+    evaluate.tasks), the cost ratio against the budget (with several budgets)."""
+    out = []
+    if TASKS:
+        out += [res("eval/tasks.csv"), res("report/tasks.html"), res("report/tasks.svg")]
+    if len(SWEEP["budgets"]) > 1:
+        out.append(res("report/cost_vs_budget.svg"))
+    return out
 
 
 # --- profiling: one small member, M_0 and M'_1 of the first sweep values -------------------------
@@ -530,6 +573,14 @@ if MAIN_PROCESS:
         preflight()
     except GrowlmError as err:
         raise WorkflowError(str(err))
+    # every task entry against lm-evaluation-harness's registry and the given folders (nothing to do
+    # when evaluate.tasks is empty; the registry's names are cached per version of the harness)
+    try:
+        PROBLEMS = task_problems(config["evaluate"]["tasks"])
+    except GrowlmError as err:
+        PROBLEMS = [str(err)]
+    if PROBLEMS:
+        raise WorkflowError("config error: " + "; ".join(PROBLEMS))
 
 
 onsuccess:

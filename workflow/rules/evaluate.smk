@@ -1,5 +1,6 @@
-# Evaluation: held-out metrics of every trained model on each level's test split, then the
-# comparison of M_0 and each M_1: final losses and the FLOPs M_1 needs to reach M_0's final loss.
+# Evaluation: held-out metrics of every trained model on each level's test split, its scores on the
+# lm-evaluation-harness tasks of evaluate.tasks (none by default), then the comparison of M_0 and
+# each M_1: final losses and the FLOPs M_1 needs to reach M_0's final loss.
 
 
 rule evaluate_model:
@@ -51,6 +52,52 @@ rule evaluate_ensemble:
         "../scripts/evaluate_ensemble.py"
 
 
+# growlm's cloze task (evaluate.tasks: [growlm_cloze]): its YAML with its data, the last word of each
+# held-out unit of the evaluated level, written beside it (growlm.tasks)
+rule cloze_task:
+    input:
+        template=shipped("../resources/tasks/growlm_cloze/growlm_cloze.yaml"),
+        test=res(f"corpus/level{EVAL_LEVEL}/test.txt"),
+    output:
+        yaml=res("tasks/growlm_cloze/growlm_cloze.yaml"),
+        data=res("tasks/growlm_cloze/test.jsonl"),
+    log:
+        res("logs/cloze_task.log"),
+    benchmark:
+        res("benchmarks/cloze_task.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    script:
+        "../scripts/cloze_task.py"
+
+
+# One task entry of evaluate.tasks on one model, through lm-evaluation-harness's API; a failed run is
+# written as the record's error (the other results stay; the report names the task and the model).
+rule evaluate_tasks:
+    input:
+        model=res("models/{model}/model.safetensors"),
+        task=task_inputs,
+    output:
+        res("eval/{model}/tasks/{task}.json"),
+    log:
+        res("logs/evaluate_tasks/{model}/{task}.log"),
+    benchmark:
+        res("benchmarks/evaluate_tasks/{model}/{task}.tsv")
+    wildcard_constraints:
+        model=r"(small|baseline|refined)/.+",
+        task="|".join(re.escape(t) for t in TASKS) or "(?!)",
+    conda:
+        "../envs/growlm.yaml"
+    threads: 1
+    resources:
+        **evaluation_resources(),
+    params:
+        spec=lambda wc: TASKS[wc.task],
+        limit=config["evaluate"]["task_limit"],
+    script:
+        "../scripts/evaluate_tasks.py"
+
+
 rule compare:
     input:
         metrics=eval_targets(),
@@ -59,6 +106,7 @@ rule compare:
         ensembles=ensemble_targets(),
         unigram=f"{R}/tokens/level{EVAL_LEVEL}/train.npy",
         unigram_test=f"{R}/tokens/level{EVAL_LEVEL}/test.npy",
+        tasks=task_targets(),
     output:
         comparison=res("eval/comparison.csv"),
         curves=res("eval/curves.csv"),

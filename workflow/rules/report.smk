@@ -27,6 +27,7 @@ rule report_figures:
         curves=res("eval/curves.csv"),
         lr_sweep=res("eval/lr_sweep.csv"),
         description=shipped("../report/workflow.rst"),
+        tasks=[res("eval/tasks.csv")] if TASKS else [],
     output:
         summary=res("report/summary.rst"),
         loss=report(
@@ -57,6 +58,58 @@ rule report_figures:
         "../envs/growlm.yaml"
     script:
         "../scripts/report_figures.py"
+
+
+# the lm-evaluation-harness scores of every model (evaluate.tasks): one row per model, task and metric,
+# with the model's training FLOPs (an M_1's members and growth included), a table and a figure
+rule report_tasks:
+    input:
+        tasks=task_targets(),
+        ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
+        growth=[f"{d}/growth.json" for d in grown_dirs()],
+    output:
+        csv=res("eval/tasks.csv"),
+        html=report(
+            res("report/tasks.html"),
+            caption="../report/tasks.rst",
+            category="5. Benchmark tasks",
+        ),
+        svg=report(
+            res("report/tasks.svg"),
+            caption="../report/tasks_vs_flops.rst",
+            category="5. Benchmark tasks",
+        ),
+    log:
+        res("logs/report_tasks.log"),
+    benchmark:
+        res("benchmarks/report_tasks.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    params:
+        combos=combos(),
+        paths={"small": SMALL, "baseline": BASELINE, "grown": GROWN, "refined": REFINED},
+    script:
+        "../scripts/report_tasks.py"
+
+
+# with several budgets: each arm's cost ratio against M_0's budget
+rule budget_plot:
+    input:
+        res("eval/comparison.csv"),
+    output:
+        report(
+            res("report/cost_vs_budget.svg"),
+            caption="../report/cost_vs_budget.rst",
+            category="3. Comparison",
+        ),
+    log:
+        res("logs/budget_plot.log"),
+    benchmark:
+        res("benchmarks/budget_plot.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    script:
+        "../scripts/budget_plot.py"
 
 
 rule plans_table:

@@ -32,6 +32,7 @@ rule train_small:
         init_from=branch_from,
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+        live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
         "../scripts/train_small.py"
 
@@ -63,6 +64,7 @@ rule train_trunk:
         init_seed=lambda wc: member_seed(wc.seed, 0),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+        live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
         "../scripts/train_trunk.py"
 
@@ -115,6 +117,7 @@ rule train_baseline:
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+        live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
         "../scripts/train_baseline.py"
 
@@ -145,5 +148,6 @@ rule refine:
         refine_with=lambda wc: refine_operators(config, wc.method, budgets=SWEEP["budgets"]),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+        live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
         "../scripts/refine.py"

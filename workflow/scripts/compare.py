@@ -6,4 +6,5 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
     compare(combos=sm.params.combos, paths=sm.params.paths, vocab_size=sm.params.vocab_size,
             unigram_train=sm.input.unigram, unigram_test=sm.input.unigram_test, comparison_csv=sm.output.comparison,
-            curves_csv=sm.output.curves, lr_sweep_csv=sm.output.lr_sweep, levels=sm.params.levels)
+            curves_csv=sm.output.curves, lr_sweep_csv=sm.output.lr_sweep, levels=sm.params.levels,
+            task_files=sm.input.tasks)

@@ -4,10 +4,11 @@ from pathlib import Path
 import torch
 
 from growlm.errors import job_log
+from growlm.jobs.common import live_curves
 from growlm.jobs.train import refine
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule):
+with job_log(sm.log[0], sm.rule), live_curves(sm.params.live, grown_dir=Path(sm.input.grown).parent):  # train.log_to
     torch.set_num_threads(sm.threads)
     refine(train=sm.params.train, ramps=sm.params.ramps, grown_dir=Path(sm.input.grown).parent, train_file=sm.input.train,
            val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,

@@ -10,4 +10,5 @@ with job_log(sm.log[0], sm.rule):
     cost_ratio_plot(sm.input.comparison, sm.output.ratio)
     comparison_html(sm.input.comparison, sm.output.table, sm.input.lr_sweep)
     scaling_plot(pd.read_csv(sm.input.comparison), sm.output.scaling)  # cost ratio against d1
-    write_summary(sm.input.comparison, sm.input.description, sm.output.summary)
+    write_summary(sm.input.comparison, sm.input.description, sm.output.summary,
+                  tasks_csv=sm.input.tasks[0] if sm.input.tasks else None)  # evaluate.tasks: their scores

@@ -4,10 +4,11 @@ from pathlib import Path
 import torch
 
 from growlm.errors import job_log
+from growlm.jobs.common import live_curves
 from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule):
+with job_log(sm.log[0], sm.rule), live_curves(sm.params.live):  # train.log_to
     torch.set_num_threads(sm.threads)
     train_model(train=sm.params.train, model=sm.params.model, init_seed=sm.params.init_seed,
                 role="the members' shared trunk", train_file=sm.input.train, val_file=sm.input.val,

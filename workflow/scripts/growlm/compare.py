@@ -15,6 +15,7 @@ rate tried and the one chosen. A win against an under-tuned baseline is no win.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,26 @@ def final_val_loss(model_dir: str | Path) -> float:
     return float(ev["val_loss"].iloc[-1]) if len(ev) else math.nan
 
 
+def growth_cost(growth: dict) -> dict:
+    """What M'_1 cost before its refinement, from its grow job's `growth.json`: the members the method
+    used (a chain of single-source operators grows m_1 alone; a plugin's job trims its own list) and
+    the members' shared trunk (`members.trunk`, counted once), their training FLOPs and wall time,
+    and the growth's own. `members` lists the members used, then the trunk; `n_members` counts the
+    members only. M_1's curve starts at `small_flops + growth_flops`. A pretrained member's training
+    cost is what `members.cost` stated, or unknown (None): then `unknown` is True and `small_flops` NaN
+    (not counted)."""
+    trunk = [m for m in growth["members"] if m.get("role") == "trunk"]
+    members = [m for m in growth["members"] if m.get("role") != "trunk"]
+    if growth.get("chain") and all(nm in OPERATORS for nm in growth["chain"]):
+        members = members[:members_used(growth["chain"], len(members))]
+    used = members + trunk
+    unknown = any(m.get("flops") is None for m in used)
+    return {"members": used, "n_members": len(members), "unknown": unknown,
+            "small_flops": math.nan if unknown else float(sum(m["flops"] for m in used)),
+            "small_wall_s": float(sum(m.get("wall_s") or 0.0 for m in used)),
+            "growth_flops": float(growth.get("growth_flops", 0)), "growth_wall_s": float(growth.get("growth_wall_s", 0.0))}
+
+
 M0_ARM_KEYS = ("d1", "L1", "budget")
 M1_ARM_KEYS = ("method", "d0", "L0", "d1", "L1", "n", "budget")
 
@@ -131,29 +152,50 @@ def arm_key(combo: dict, keys: tuple[str, ...]) -> tuple:
 DEFAULT_LEVELS = {"members": ["0"], "large": ["1"], "evaluate": "1"}
 
 
-def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
+def read_task_records(task_files) -> dict[str, list[dict]]:
+    """The models' lm-evaluation-harness records (`growlm.harness.run_task`), by model folder."""
+    out: dict[str, list[dict]] = {}
+    for f in task_files or []:
+        record = read_json(f)
+        out.setdefault(os.path.normpath(record["model"]), []).append(record)
+    return out
+
+
+def metric_label(key: str) -> str:
+    """The harness's 'acc,none' as 'acc'; a filtered metric keeps its filter ('exact_match_strict-match')."""
+    metric, _, filt = key.partition(",")
+    return metric if filt in ("", "none") else f"{metric}_{filt}"
+
+
+def task_columns(records: list[dict]) -> dict[str, float]:
+    """`{"<task>/<metric>": score}` of one model: the tasks each entry named (a folder's: all of
+    its tasks; a group's own score where the harness aggregates it, else its subtasks')."""
+    out = {}
+    for record in records:
+        scores = record.get("scores") or {}
+        named = [t for t in record.get("tasks") or [] if scores.get(t)]
+        for task in named or sorted(scores):
+            for key, value in scores[task].items():
+                out[f"{task}/{metric_label(key)}"] = math.nan if value is None else float(value)
+    return out
+
+
+def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None,
+                tasks: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
     """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`;
-    test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels)."""
+    test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels); with `tasks`
+    (`read_task_records`), their lm-evaluation-harness scores, M_1's beside M_0's."""
     levels = levels or DEFAULT_LEVELS
     m0_lr = combo["lr"] if m0_lr is None else m0_lr
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
     growth = read_json(grown_dir / "growth.json")
-    # only the members the method used are its cost: a chain of single-source operators grows m_1 alone
-    # (and the members' shared trunk, members.trunk, once)
-    trunk = [m for m in growth["members"] if m.get("role") == "trunk"]
-    growth["members"] = [m for m in growth["members"] if m.get("role") != "trunk"]
-    if growth.get("chain") and all(nm in OPERATORS for nm in growth["chain"]):  # (a plugin's: trimmed by its job)
-        growth["members"] = growth["members"][:members_used(growth["chain"], len(growth["members"]))]
-    n_members = len(growth["members"])
-    growth["members"] += trunk
-    # a pretrained member's training cost is what members.cost stated, or unknown (None): not counted
-    unknown = any(m.get("flops") is None for m in growth["members"])
-    small_flops = math.nan if unknown else float(sum(m["flops"] for m in growth["members"]))
-    small_wall = float(sum(m.get("wall_s") or 0.0 for m in growth["members"]))
-    growth_flops = float(growth.get("growth_flops", 0))
-    growth_wall = float(growth.get("growth_wall_s", 0.0))
+    cost = growth_cost(growth)
+    growth["members"], n_members = cost["members"], cost["n_members"]
+    small_flops, small_wall = cost["small_flops"], cost["small_wall_s"]
+    growth_flops, growth_wall = cost["growth_flops"], cost["growth_wall_s"]
+    unknown = cost["unknown"]
 
     m0, m1 = read_ledger(base_dir / "ledger.csv"), read_ledger(ref_dir / "ledger.csv")
     m0_final = float(m0.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
@@ -198,6 +240,11 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in growth["members"])
                                                    else "counted"),
     }
+    if tasks:
+        m0_tasks = task_columns(tasks.get(os.path.normpath(base_dir), []))
+        m1_tasks = task_columns(tasks.get(os.path.normpath(ref_dir), []))
+        for col in dict.fromkeys([*m0_tasks, *m1_tasks]):
+            row[f"m0_{col}"], row[f"m1_{col}"] = m0_tasks.get(col, math.nan), m1_tasks.get(col, math.nan)
     if paths.get("ensemble"):
         ens = Path(paths["ensemble"].format(**combo))
         row["ensemble_test_loss"] = float(_metrics(ens, levels["evaluate"]).get("loss", math.nan))
@@ -225,8 +272,10 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
 
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
-                     unigram_test, vocab_size: int, lr_sweep_csv=None, levels: dict | None = None) -> pd.DataFrame:
+                     unigram_test, vocab_size: int, lr_sweep_csv=None, levels: dict | None = None,
+                     task_files=None) -> pd.DataFrame:
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
+    tasks = read_task_records(task_files)
     m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
     if lr_sweep_csv is not None:
         sweep.to_csv(lr_sweep_csv, index=False)
@@ -234,7 +283,8 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
     for combo in combos:
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
-        row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels)
+        row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels,
+                             tasks=tasks)
         row["unigram_test_loss"] = uni
         row["test_level"] = (levels or DEFAULT_LEVELS)["evaluate"]
         rows.append(row)
@@ -246,3 +296,69 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
     curve_df.to_csv(curves_csv, index=False)
     print(table.T.to_string())
     return table
+
+
+def _final_flops(model_dir) -> float:
+    return float(read_ledger(Path(model_dir) / "ledger.csv")["flops"].iloc[-1])
+
+
+def task_models(combos: list[dict], paths: dict) -> dict[str, dict]:
+    """Every model of the sweep by folder: its arm, the sweep values it depends on, and its training
+    FLOPs with everything it was made from (an M_1's members and growth included, as its curve
+    starts there; a member's own; M_0's)."""
+    models: dict[str, dict] = {}
+    for c in combos:
+        n = int(c["n"])
+        for i in range(1, n + 1):
+            d = os.path.normpath(paths["small"].format(member=i, **c))
+            models.setdefault(d, {"arm": f"member m_{i}", "kind": "member", "method": "", "d0": c["d0"],
+                                  "L0": c["L0"], "d1": "", "L1": "", "n": "", "seed": c["seed"], "budget": "",
+                                  "lr": "", "dir": d})
+        d = os.path.normpath(paths["baseline"].format(**c))
+        models.setdefault(d, {"arm": "M_0 (scratch)", "kind": "M_0", "method": "scratch", "d0": "", "L0": "",
+                              "d1": c["d1"], "L1": c["L1"], "n": "", "seed": c["seed"], "budget": c["budget"],
+                              "lr": c["lr"], "dir": d})
+        d = os.path.normpath(paths["refined"].format(**c))
+        models.setdefault(d, {"arm": f"M_1 ({c['method']})", "kind": "M_1", "method": c["method"], "d0": c["d0"],
+                              "L0": c["L0"], "d1": c["d1"], "L1": c["L1"], "n": n, "seed": c["seed"],
+                              "budget": c["budget"], "lr": c["lr"], "dir": d,
+                              "grown": os.path.normpath(paths["grown"].format(**c))})
+    return models
+
+
+def task_table(combos: list[dict], paths: dict, task_files) -> pd.DataFrame:
+    """One row per model x task x metric of the lm-evaluation-harness records, with the model's arm,
+    sweep values and training FLOPs (`task_models`): `value`, `stderr`, `higher_is_better`,
+    `samples`, `named` (the task its entry named, or one of a folder's; false for a group's
+    subtasks) and `error` (a failed run: one row, naming the task entry and the error)."""
+    tasks = read_task_records(task_files)
+    models = task_models(combos, paths)
+    rows = []
+    for d, records in sorted(tasks.items()):
+        info = models.get(d, {"arm": d, "kind": "", "method": "", "dir": d})
+        flops = _final_flops(d)
+        if info.get("grown"):
+            cost = growth_cost(read_json(Path(info["grown"]) / "growth.json"))
+            flops += (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # members unknown: free
+        base = {k: v for k, v in info.items() if k != "grown"} | {"training_flops": flops}
+        for record in records:
+            if record.get("error"):
+                rows.append({**base, "entry": record["task"], "task": record["task"], "metric": "", "value": math.nan,
+                             "stderr": math.nan, "higher_is_better": "", "samples": "", "named": True,
+                             "error": record["error"]})
+                continue
+            scores = record.get("scores") or {}
+            named = {t for t in record.get("tasks") or [] if scores.get(t)} or set(scores)
+            for task, metrics in sorted(scores.items()):
+                for key, value in metrics.items():
+                    metric = metric_label(key)
+                    stderr = (record.get("stderr") or {}).get(task, {}).get(key)
+                    better = (record.get("higher_is_better") or {}).get(task, {}).get(key.partition(",")[0], "")
+                    rows.append({**base, "entry": record["task"], "task": task, "metric": metric,
+                                 "value": math.nan if value is None else value,
+                                 "stderr": math.nan if stderr is None else stderr, "higher_is_better": better,
+                                 "samples": (record.get("samples") or {}).get(task, ""), "named": task in named,
+                                 "error": ""})
+    columns = ["arm", "kind", "method", "d0", "L0", "d1", "L1", "n", "seed", "budget", "lr", "training_flops", "entry",
+               "task", "metric", "value", "stderr", "higher_is_better", "samples", "named", "error", "dir"]
+    return pd.DataFrame(rows, columns=columns)

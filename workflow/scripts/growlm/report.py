@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -147,12 +148,13 @@ COMPARISON_COLUMNS = {
 
 def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     df = pd.read_csv(comparison_csv)
-    cols = [c for c in COMPARISON_COLUMNS if c in df.columns]
+    cols = [c for c in COMPARISON_COLUMNS if c in df.columns] + task_score_columns(df)
     view = df[cols].astype(object)
     for col in ("m1_flops_to_m0_loss", "cost_ratio", "cost_ratio_small_free", "wall_ratio"):
         if col in view:
             view[col] = view[col].where(pd.notna(df[col]), "not reached")
-    view = view.rename(columns=COMPARISON_COLUMNS)
+    view = view.rename(columns={**COMPARISON_COLUMNS, **{c: f"{'M_0' if c.startswith('m0_') else 'M_1'} {c[3:]}"
+                                                         for c in task_score_columns(df)}})
 
     def fmt(v):
         if isinstance(v, bool):
@@ -249,6 +251,126 @@ def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle("Cost ratio against model width (mean over seeds, bars: standard deviation; below 1: growth paid)",
                  fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+def budget_plot(comparison: pd.DataFrame, out_svg) -> None:
+    """The cost ratio against M_0's token budget, one line per method (and size, when the sweep has
+    several), mean over seeds with their standard deviation, the small models counted and free side
+    by side: does the saving grow or shrink as the large models train longer? A (method, budget) some
+    of whose seeds never reached M_0's loss is marked with its count."""
+    df = comparison.copy()
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    sizes = df.groupby(["d0", "L0", "d1", "L1", "n"]).ngroups
+    df["line"] = df["method"] if sizes == 1 else (
+        df["method"] + " (d" + df["d0"].astype(str) + "->d" + df["d1"].astype(str) + ", n=" + df["n"].astype(str) + ")")
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    lines = list(df["line"].unique())
+    for ax, column, what in ((axes[0], "cost_ratio", "small models counted"),
+                             (axes[1], "cost_ratio_small_free", "small models free")):
+        for label, g in df.groupby("line", sort=False):
+            stats = g.groupby("budget").agg(mean=(column, "mean"), std=(column, "std"), reached=("reached", "sum"),
+                                            seeds=("seed", "nunique")).reset_index()
+            if stats["mean"].notna().any():
+                line = ax.errorbar(stats["budget"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
+                                   label=label)
+                ax.scatter(g["budget"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
+            for _, row in stats[stats["reached"] < stats["seeds"]].iterrows():
+                y = row["mean"] if pd.notna(row["mean"]) else 1.0
+                ax.annotate(f"{label}: {int(row['reached'])}/{int(row['seeds'])} reached", (row["budget"], y),
+                            fontsize=7, xytext=(4, 4 + 10 * lines.index(label)), textcoords="offset points")
+        ax.axhline(1.0, color="grey", ls="--", lw=1)
+        budgets = sorted(df["budget"].unique())
+        if len(budgets) > 1:
+            ax.set_xscale("log")
+        ax.set_xticks(budgets, [f"{b / 1e6:.3g}M" for b in budgets])
+        ax.minorticks_off()
+        ax.set_xlabel("M_0's budget (training tokens)")
+        ax.set_title(what, fontsize=10)
+    axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Cost ratio against M_0's budget, each refinement trained as many tokens (mean over seeds, bars: "
+                 "standard deviation; below 1: growth paid)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# lm-evaluation-harness tasks
+# ----------------------------------------------------------------------------------------------
+
+def task_score_columns(comparison: pd.DataFrame) -> list[str]:
+    """The comparison's task columns (`m0_<task>/<metric>`, `m1_<task>/<metric>`), M_1's beside M_0's."""
+    return [c for c in comparison.columns if c[:3] in ("m0_", "m1_") and "/" in c]
+
+
+def task_failures(table: pd.DataFrame) -> list[str]:
+    """'task X failed on MODEL: error' for every failed run of `tasks.csv`."""
+    failed = table[table["error"].fillna("").astype(str) != ""]
+    return [f"task {r['entry']} failed on {r['dir']}: {r['error']}" for _, r in failed.iterrows()]
+
+
+def tasks_html(table: pd.DataFrame, out_html) -> None:
+    """The task scores of every model (`tasks.csv`): one row per model, one column per task and metric
+    (with its standard error), models in order of training FLOPs; failed runs listed above."""
+    parts = ["<h3>Benchmark tasks (lm-evaluation-harness)</h3>"]
+    failures = task_failures(table)
+    if failures:
+        parts.append("<p><b>Failed runs</b> (their scores are missing; every other result stands; the job's log has "
+                     "the traceback):</p><ul>" + "".join(f"<li>{f}</li>" for f in failures) + "</ul>")
+    ok = table[(table["error"].fillna("").astype(str) == "") & table["named"].astype(bool)].copy()
+    if len(ok):
+        ok["score"] = [f"{v:.4g}" + (f" ± {e:.2g}" if pd.notna(e) else "") for v, e in zip(ok["value"], ok["stderr"])]
+        ok["arrow"] = ok["higher_is_better"].map({True: " ↑", False: " ↓", "True": " ↑", "False": " ↓"}).fillna("")
+        ok["column"] = ok["task"] + " " + ok["metric"] + ok["arrow"]
+        keys = ["arm", "method", "d0", "L0", "d1", "L1", "n", "seed", "budget", "lr"]
+        # a model's empty sweep values (a member has no budget) as text, so that the pivot keeps its row
+        for key in keys:
+            ok[key] = ok[key].map(lambda v: "" if pd.isna(v) else str(int(v)) if isinstance(v, float)
+                                  and v.is_integer() and key != "lr" else str(v))
+        wide = ok.pivot_table(index=[*keys, "training_flops"], columns="column", values="score", aggfunc="first")
+        wide = wide.reset_index().sort_values("training_flops")
+        wide.columns.name = None
+        wide["training_flops"] = wide["training_flops"].map(lambda v: f"{v:.3e}")
+        parts.append("<p>Scores with their standard errors; ↑ higher is better, ↓ lower is better. Training FLOPs "
+                     "count everything a model was made from (an M_1's members and growth included).</p>")
+        parts.append(wide.to_html(index=False, table_id="tasks", na_rep=""))
+    elif not failures:
+        parts.append("<p>No task scores.</p>")
+    Path(out_html).write_text(_html_page("Benchmark tasks", "".join(parts)))
+
+
+def tasks_plot(table: pd.DataFrame, out_svg) -> None:
+    """Each task's score against the training FLOPs of every model (members, M_0, every M_1; an M_1
+    at its members' and growth's cost plus its refinement's), a panel per task and metric."""
+    ok = table[(table["error"].fillna("").astype(str) == "") & table["named"].astype(bool)].dropna(subset=["value"])
+    panels = list(ok.groupby(["task", "metric"], sort=True))
+    sns.set_theme(style="whitegrid", context="notebook")
+    ncols = min(3, max(1, len(panels)))
+    nrows = max(1, (len(panels) + ncols - 1) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols + 2.5, 4.0 * nrows), squeeze=False)
+    for ax, ((task, metric), g) in zip(axes.flat, panels):
+        g = g.assign(training_tflops=g["training_flops"] / 1e12)
+        sns.scatterplot(data=g, x="training_tflops", y="value", hue="arm", style="kind", s=60, ax=ax)
+        if g["training_tflops"].gt(0).all() and g["training_tflops"].nunique() > 1:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labels at the decades only
+        if "perplexity" in metric and g["value"].gt(0).all():
+            ax.set_yscale("log")
+        better = g["higher_is_better"].astype(str).iloc[0]
+        ax.set_ylabel(f"{metric}" + {"True": " (higher is better)", "False": " (lower is better)"}.get(better, ""))
+        ax.set_xlabel("training TFLOPs (M_1 includes its members and growth)")
+        ax.set_title(task, fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    if not panels:
+        axes.flat[0].text(0.5, 0.5, "no task scores (see the task table for failed runs)", ha="center",
+                          transform=axes.flat[0].transAxes)
+    for ax in list(axes.flat)[max(1, len(panels)):]:
+        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(out_svg)
     plt.close(fig)
@@ -351,8 +473,71 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
             f"(M_0: {m0:.3f}).")
 
 
-def summary_sentences(comparison_csv) -> list[str]:
-    """The answer, one sentence per arm (grouped by sizes and budget), from comparison.csv."""
+def _ratios(values) -> str:
+    return ", ".join(f"{v:.2f}" if v == v else "not reached" for v in values)
+
+
+def budget_sentences(df: pd.DataFrame) -> list[str]:
+    """With several budgets: per size and method, does the saving (1 - cost ratio, small models
+    counted) grow or shrink as M_0 and M_1 train longer? Means over the seeds that reached M_0's loss;
+    a change of less than 0.02 in the ratio between the smallest and largest budget is 'about the same'."""
+    out = []
+    for (d0, L0, d1, L1, n), group in df.groupby(["d0", "L0", "d1", "L1", "n"], sort=True):
+        budgets = sorted(group["budget"].unique())
+        if len(budgets) < 2:
+            continue
+        tokens = ", ".join(f"{int(b):,}" for b in budgets)
+        out.append(f"The saving across budgets (width {d0} -> {d1}, n = {n}; M_0 and each refinement trained "
+                   f"{tokens} tokens): cost ratios at each budget, small models counted (free):")
+        for method, g in group.groupby("method", sort=False):
+            ok = g[g["reached"]]
+            counted = [ok[ok["budget"] == b]["cost_ratio"].mean() for b in budgets]
+            free = [ok[ok["budget"] == b]["cost_ratio_small_free"].mean() for b in budgets]
+            known = [(b, r) for b, r in zip(budgets, counted) if r == r]
+            if len(known) < 2:
+                trend = "M_1 reached M_0's loss at fewer than two budgets, so no trend"
+            else:
+                change = known[-1][1] - known[0][1]
+                trend = ("the saving grows with the budget" if change < -0.02 else
+                         "the saving shrinks with the budget" if change > 0.02 else
+                         "the saving stays about the same across budgets")
+            out.append(f"**{method}**: {trend} ({_ratios(counted)}; free: {_ratios(free)}).")
+    return out
+
+
+def task_sentences(df: pd.DataFrame, tasks: pd.DataFrame | None) -> list[str]:
+    """Per size and budget, each task's score of M_0 and of every M_1 (means over seeds), and every
+    failed task run."""
+    out = []
+    columns = [c for c in task_score_columns(df) if c.startswith("m0_")]
+    better = {}
+    if tasks is not None and len(tasks):
+        for _, r in tasks.iterrows():
+            better[f"{r['task']}/{r['metric']}"] = str(r["higher_is_better"])
+    if columns:
+        for (d1, L1, budget), group in df.groupby(["d1", "L1", "budget"], sort=True):
+            parts = []
+            for col in columns:
+                name = col[3:]
+                m1 = group.groupby("method", sort=False)[f"m1_{name}"].mean()
+                direction = {"True": ", higher is better", "False": ", lower is better"}.get(better.get(name, ""), "")
+                task, _, metric = name.partition("/")
+                parts.append(f"{task} ({metric}{direction}): M_0 {group[col].mean():.4g}; "
+                             + ", ".join(f"{m} {v:.4g}" for m, v in m1.items()))
+            out.append(f"Benchmark tasks (width {d1}, {L1} layers, {int(budget):,} tokens; M_1 by method): "
+                       + "; ".join(parts) + ".")
+    if tasks is not None and len(tasks):
+        failures = task_failures(tasks)
+        if failures:
+            out.append(f"The {len(failures)} failed task run(s) (their scores are missing; every other result "
+                       f"stands): " + "; ".join("``" + f.replace("`", "'") + "``" for f in failures) + ".")
+    return out
+
+
+def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
+    """The answer, one sentence per arm (grouped by sizes and budget), from comparison.csv; then, with
+    several budgets, whether the saving grows with the budget, and the benchmark tasks' scores
+    (`tasks_csv`: their failed runs too)."""
     df = pd.read_csv(comparison_csv)
     if df.empty:
         return ["No comparison was made (the sweep has no grown model)."]
@@ -373,13 +558,15 @@ def summary_sentences(comparison_csv) -> list[str]:
         if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():
             out.append(f"The {n} members' untrained logit-average ensemble has test loss "
                        f"{group['ensemble_test_loss'].mean():.3f} on level {_test_level(group)}.")
+    out += budget_sentences(df)
+    out += task_sentences(df, pd.read_csv(tasks_csv) if tasks_csv else None)
     return out
 
 
-def write_summary(comparison_csv, description_rst, out_rst) -> None:
+def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None) -> None:
     """The report's first page (reST): the answer, then the workflow's description."""
     lines = ["growlm: does growing pay?", "=" * 25, ""]
-    for sentence in summary_sentences(comparison_csv):
+    for sentence in summary_sentences(comparison_csv, tasks_csv):
         prefix = "" if sentence.startswith("M_0 (") or sentence.startswith("The ") else "* "
         lines += [prefix + sentence, ""]
     lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "

@@ -35,6 +35,7 @@ from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
 from growlm.flops import model_forward_flops_per_token, model_train_flops_per_token
+from growlm.live import from_env as live_from_env
 from growlm.loss import distill_loss, evaluate, lm_loss
 from growlm.model import enable_recompute, load_model
 from growlm.optim_state import apply_moments, save_moments
@@ -138,8 +139,8 @@ def _duration(seconds: float) -> str:
 class _Progress:
     """The log's progress line: step/total, tokens/s, training and validation loss, time left."""
 
-    def __init__(self, total_steps: int, tokens_per_step: int, log, start_step: int):
-        self.total, self.tokens_per_step, self.log = total_steps, tokens_per_step, log
+    def __init__(self, total_steps: int, tokens_per_step: int, log, start_step: int, live=None):
+        self.total, self.tokens_per_step, self.log, self.live = total_steps, tokens_per_step, log, live
         self.last_t, self.last_step = time.perf_counter(), start_step
 
     def due(self) -> bool:
@@ -155,6 +156,8 @@ class _Progress:
             f"step {done}/{self.total} ({100 * done / self.total:.0f}%)",
             f"{rate * self.tokens_per_step:,.0f} tok/s" if rate > 0 else "",
             f"train {train_loss:.4f}" if train_loss is not None else "", val, f"lr {lr:.2e}", left] if x))
+        if self.live is not None:
+            self.live.progress(done, train_loss, lr, rate * self.tokens_per_step)
         self.last_t, self.last_step = now, done
 
 
@@ -285,10 +288,12 @@ def _nan_advice(ckpt_dir, cfg: TrainConfig) -> str:
 
 
 def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarray, cfg: TrainConfig,
-          *, ckpt_dir: str | Path, ledger_path: str | Path, log=print, step_callback=None) -> dict:
+          *, ckpt_dir: str | Path, ledger_path: str | Path, log=print, step_callback=None, live=None) -> dict:
     """Train `model` in place for `cfg.tokens` tokens; write the ledger; return a summary dict.
 
-    Resumes from the newest whole checkpoint in `ckpt_dir` if there is one.
+    Resumes from the newest whole checkpoint in `ckpt_dir` if there is one. `live`: a
+    `growlm.live.LiveCurves` that sees every ledger row and progress line as it is written (default:
+    the one the job's environment asks for, on rank 0; `train.log_to`).
     """
     rank, world = _world()
     cfg.validate(world)
@@ -330,6 +335,9 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
         raise GrowlmError("freeze (inherited weights held fixed) works with one process or DDP, not with FSDP's "
                           "sharded parameters; drop freeze from the method or give the job more memory")
     frozen = _Frozen(core, cfg) if cfg.freeze_steps and start_step < cfg.freeze_steps else None
+    if live is None and rank == 0:
+        live = live_from_env(lambda s: s * tokens_per_step * flops_per_token
+                             + (teachers.flops(s, tokens_per_step) if teachers else 0))
     t0 = time.perf_counter()
 
     def wall() -> float:
@@ -347,9 +355,11 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                                    max_tokens=cfg.eval_tokens, device=device)
             row["val_loss"] = round(metrics["loss"], 5)
         rows.append(row)
+        if live is not None:
+            live.row(row)
         return row
 
-    progress = _Progress(cfg.steps, tokens_per_step, log, start_step)
+    progress = _Progress(cfg.steps, tokens_per_step, log, start_step, live)
     if start_step == 0 and not rows:
         if hasattr(core, "growth_step"):
             core.growth_step(0)

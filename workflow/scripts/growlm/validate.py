@@ -10,8 +10,10 @@ The workflow calls `check_config` while Snakemake parses the Snakefile (torch-fr
 3. `experiment_problems`: what the schema cannot say: head sizes, sizes that growth cannot reach,
    every growth chain of the sweep with each operator's own constraints and option names
    (`growlm.methods`), ramps longer than the shortest refinement, budgets smaller than one batch,
-   the V-cycle's factor, the reading levels each arm names, and the sources, whose local data
-   must exist and hold text (a Hub id is checked by the job that reads it).
+   the V-cycle's factor, the reading levels each arm names, the sources, whose local data
+   must exist and hold text (a Hub id is checked by the job that reads it), and the live-curve
+   trackers of `train.log_to`, which must be installed. (The benchmark tasks of `evaluate.tasks`
+   are checked against lm-evaluation-harness by the workflow, `growlm.tasks.task_problems`.)
 
 All problems are reported together in one `GrowlmError`, one line each.
 """
@@ -33,6 +35,7 @@ from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, level_dir, model_set
                                trunk_tokens)
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
+from growlm.live import tracker_problems
 from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods,
                             needs_single_member_control, plan_chain)
 from growlm.outputs import DEFAULT, name_problems, results_dir
@@ -571,6 +574,7 @@ def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dic
     out += _shard_problems(config, resolve_source)
     out += _method_problems(config, sweep)
     out += _budget_problems(config, sweep) + _schedule_problems(config, sweep)
+    out += tracker_problems((config.get("train") or {}).get("log_to"))
     return out
 
 

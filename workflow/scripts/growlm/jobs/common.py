@@ -1,10 +1,14 @@
-"""What the job functions share: the log line, the device, where checkpoints live."""
+"""What the job functions share: the log line, the device, where checkpoints live, live curves."""
 
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
+
+from growlm import live
+from growlm.compare import growth_cost
+from growlm.errors import read_json
 
 
 def log(msg: str) -> None:
@@ -28,3 +32,14 @@ def checkpoint_dir_for(model_dir: str | Path) -> Path:
         parts[parts.index("models")] = "checkpoints"
         return Path(*parts)
     return model_dir.with_name(model_dir.name + ".ckpt")
+
+
+def live_curves(settings: dict | None, *, grown_dir=None):
+    """The training job's live curves (`train.log_to`, `growlm.live`), as its rule's `live` params give
+    them; a refinement's start at the cost of its grown model's members and growth (`growth.json` in
+    `grown_dir`), where the report's curves of M_1 start."""
+    offset = 0.0
+    if settings and settings.get("to") and grown_dir is not None:
+        cost = growth_cost(read_json(Path(grown_dir) / "growth.json"))
+        offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
+    return live.session(settings, offset_flops=offset)

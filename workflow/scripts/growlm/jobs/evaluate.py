@@ -1,5 +1,6 @@
-"""Jobs of the evaluation stage: held-out metrics of a model, of the members' ensemble, and the
-comparison of M_0 with every M_1 (`growlm.compare`)."""
+"""Jobs of the evaluation stage: held-out metrics of a model, of the members' ensemble, its scores on
+lm-evaluation-harness tasks (`growlm.harness`, with growlm's own cloze task written from the test
+split by `cloze_task`), and the comparison of M_0 with every M_1 (`growlm.compare`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import torch
 
 from growlm.compare import write_comparison
 from growlm.devices import choose_device
-from growlm.jobs.common import log
+from growlm.harness import run_task
+from growlm.jobs.common import log, warn
 from growlm.loss import evaluate
 from growlm.model import LogitEnsemble, load_model
+from growlm.tasks import write_cloze_task
 from growlm.tokens import load_tokens
 
 
@@ -40,9 +43,30 @@ def evaluate_ensemble(*, member_dirs: list[str], test_files: dict, context: int,
     return _evaluate(ensemble, f"ensemble of {len(member_dirs)}", test_files, context, max_tokens, out_file)
 
 
+def cloze_task(*, template_dir, test_text, out_dir) -> None:
+    """growlm's cloze task, runnable: its YAML and its data, written from the level's held-out text."""
+    n = write_cloze_task(template_dir, test_text, out_dir)
+    log(f"cloze task: {n} examples from {test_text} in {out_dir}")
+
+
+def evaluate_tasks(*, model_dir, spec: dict, limit: int | None, out_file) -> dict:
+    """The model's scores on one entry of `evaluate.tasks`; a failed run is written as the record's
+    `error` (and said in the terminal), so that every other result stays in place."""
+    record = run_task(model_dir, spec, device=choose_device(), limit=limit, log=log)
+    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_file).write_text(json.dumps(record, indent=2))
+    if record["error"]:
+        warn(f"task {spec['id']} failed on {model_dir}: {record['error']} (recorded in {out_file}; the report "
+             f"lists it; the other results stand)")
+    else:
+        log(f"{spec['id']} on {model_dir}: {json.dumps(record['scores'])}")
+    return record
+
+
 def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, unigram_test, comparison_csv,
-            curves_csv, lr_sweep_csv, levels: dict | None = None) -> None:
-    """The comparison table, every model's curve, and the learning-rate sweep (growlm.compare)."""
+            curves_csv, lr_sweep_csv, levels: dict | None = None, task_files: list | None = None) -> None:
+    """The comparison table, every model's curve, and the learning-rate sweep (growlm.compare);
+    `task_files`: the models' scores on lm-evaluation-harness tasks, as columns beside the rest."""
     write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
                      unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,
-                     levels=levels)
+                     levels=levels, task_files=task_files)
