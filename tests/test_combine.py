@@ -175,7 +175,7 @@ def test_teachers_forward_flops_are_in_the_refinement_ledger(tmp_path):
         dirs.append(str(tmp_path / f"m{i}"))
     tokens = learnable_tokens(V, 4000)
     student = grow(ms, "msg_members", n_embd=32, n_layer=4, ramp_steps=2)
-    cfg = _cfg(tmp_path, teachers=dirs, teach_weight=0.5, teach_temperature=2.0, teach_steps=3)
+    cfg = _cfg(tmp_path, refiners={"teach": dict(teachers=dirs, teach_weight=0.5, temperature=2.0, teach_steps=3)})
     summary = train(student, tokens, tokens, cfg, ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "ledger.csv",
                     log=lambda *_: None)
     per_token = model_train_flops_per_token(student.config, T)
@@ -195,8 +195,8 @@ def test_teaching_changes_the_first_steps_only(tmp_path):
         save_model(m, tmp_path / f"m{i}")
     tokens = learnable_tokens(V, 4000)
     runs = {}
-    for name, kw in {"plain": {}, "teach": dict(teachers=[str(tmp_path / "m0"), str(tmp_path / "m1")],
-                                                 teach_weight=0.9, teach_steps=2)}.items():
+    teach = {"teach": dict(teachers=[str(tmp_path / "m0"), str(tmp_path / "m1")], teach_weight=0.9, teach_steps=2)}
+    for name, kw in {"plain": {}, "teach": {"refiners": teach}}.items():
         model = grow(ms, "msg", n_embd=32, n_layer=4, ramp_steps=2)
         train(model, tokens, tokens, _cfg(tmp_path, dense_log_steps=8, **kw), ckpt_dir=tmp_path / f"ck_{name}",
               ledger_path=tmp_path / f"{name}.csv", log=lambda *_: None)
@@ -216,7 +216,7 @@ def test_freeze_holds_exactly_the_inherited_entries(tmp_path):
 
     save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(tmp_path / "inherited.safetensors"))
     before = {k: p.detach().clone() for k, p in grown.named_parameters()}
-    cfg = _cfg(tmp_path, freeze_masks=str(tmp_path / "inherited.safetensors"), freeze_steps=8)
+    cfg = _cfg(tmp_path, refiners={"freeze": dict(masks=str(tmp_path / "inherited.safetensors"), freeze_steps=8)})
     train(grown, learnable_tokens(V, 4000), learnable_tokens(V, 4000), cfg, ckpt_dir=tmp_path / "ck",
           ledger_path=tmp_path / "l.csv", log=lambda *_: None)
     for k, p in grown.named_parameters():

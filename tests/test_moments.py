@@ -91,7 +91,7 @@ def test_member_moments_are_saved_grown_and_applied(tmp_path):
     # the refinement really starts from them: its trajectory differs from a fresh AdamW's
     fresh = _tiny_run(grow([m], "zero_block", n_embd=16, n_layer=4, seed=0, position="top"), tmp_path, "fresh")
     carry = _tiny_run(grow([m], "zero_block", n_embd=16, n_layer=4, seed=0, position="top"), tmp_path, "carry",
-                      init_moments=str(tmp_path / "moments.safetensors"))
+                      refiners={"carry": {"moments": str(tmp_path / "moments.safetensors")}})
     assert fresh["final_val_loss"] != carry["final_val_loss"]
 
 

@@ -131,7 +131,6 @@ TABLE = {
     "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
     "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp
-    "grow.optimizer_state": ("grow: {optimizer_state: carry}", {"grow"}, set()),
     # a plugin reruns only the grow jobs of methods that use its operators (none in the base)
     "grow.plugins": ("grow: {plugins: [examples/average_then_grow.py]}", set(), set()),
     # ncu's jobs go, nsys's stay as they are; the profile page is made again without ncu's tables

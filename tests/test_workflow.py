@@ -50,6 +50,8 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
                                                      "ramp_steps, position, init_std"),
         (["grow={options: {msg: {ramp_steps: 99999}}}"], "longer than the shortest refinement"),
         (["train={refine: {tokens: 5}}"], "train.refine.tokens: unknown key"),
+        (["grow={optimizer_state: carry}"], "grow.optimizer_state: removed: the carry-over of the members' AdamW "
+                                            "moments is the `carry` refinement operator now"),
         (["model={head_dim: abc}"], "model.head_dim = 'abc'"),
         (["members={data: shard}"], "members.data = 'shard': 'shard' is not one of ['seed', 'shards', 'clusters']"),
         (["members={data: clusters, shards: 9}"], "members.data = clusters: 9 clusters of whole books"),
@@ -282,16 +284,18 @@ def test_dry_run_over_every_registered_method(workflow_dir):
 
 @pytest.mark.slow
 def test_optimizer_state_carry_over_in_the_workflow(tiny_run, tmp_path):
-    """grow.optimizer_state: carry grows the members' AdamW moments and the refinement starts from them."""
+    """`carry` in the chain grows the members' AdamW moments and the refinement starts from them."""
     import json
     import shutil
 
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
-    target = "results/tiny/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0/model.safetensors"
+    target = ("results/tiny/models/refined/concat+zero_block+carry/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0/"
+              "model.safetensors")
     run_snakemake(wd, "--cores", "1", target, "--configfile", str(TINY), "--config",
-                  'grow={"optimizer_state": "carry"}')
-    growth = json.loads((wd / "results/tiny/models/grown/concat+zero_block/d16_L1_to_d32_L2/n2/s0/growth.json").read_text())
-    assert growth["optimizer_state"] == "carry" and growth["moments_step"] > 0
-    log = (wd / "results/tiny/logs/refine/concat+zero_block_d16_L1_to_d32_L2_n2_t24000_lr0.003_s0.log").read_text()
+                  'methods=[["concat", "zero_block", "carry"]]')
+    growth = json.loads((wd / "results/tiny/models/grown/concat+zero_block+carry/d16_L1_to_d32_L2/n2/s0/"
+                               "growth.json").read_text())
+    assert growth["moments_step"] > 0 and growth["moments"]
+    log = (wd / "results/tiny/logs/refine/concat+zero_block+carry_d16_L1_to_d32_L2_n2_t24000_lr0.003_s0.log").read_text()
     assert "AdamW starts from carried-over moments" in log

@@ -15,7 +15,7 @@ so it is torch-free. It turns the validated config into
 from __future__ import annotations
 
 
-from growlm.methods import OPERATORS, check_options, growth_names, refine_names
+from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, refine_names
 from growlm.recipes import refine_recipe
 from growlm.outputs import DEFAULT, results_dir
 from growlm.train_config import TrainConfig
@@ -186,7 +186,7 @@ def grow_settings(config: dict, method: str) -> dict:
     chain = growth_names(method)
     options = growth_options(config, chain)
     check_options(chain, options)
-    out = {"options": options, "optimizer_state": config["grow"]["optimizer_state"]}
+    out = {"options": options}
     if any(OPERATORS[name].learned for name in chain):
         out["learned_batches"] = {"batch_size": config["train"]["large"]["batch_size"],
                                   "context": config["model"]["context"]}
@@ -201,25 +201,29 @@ def refine_ramps(config: dict, method: str, *, budgets: list[int]) -> dict:
     chain = growth_names(method)
     configured = growth_options(config, chain)
     steps = refine_steps(config, budgets)
-    return canonical({key: configured.get(key, max(1, steps // 5)) for name in chain if name in OPERATORS
+    return canonical({key: configured.get(key, share_of(steps)) for name in chain if name in OPERATORS
                       for key in OPERATORS[name].ramps})
 
 
 def refine_operators(config: dict, method: str, *, budgets: list[int]) -> dict:
-    """{operator: options} of the refinement operators of `method` (teach, freeze; carry acts in the
-    grow job): the configured `grow.options`, else the defaults, with their step counts
-    (teach_steps, freeze_steps) a fifth of the shortest refinement of the sweep unless configured."""
+    """{operator: options} of the refinement operators of `method` (teach, freeze, carry, a plugin's;
+    growlm.refiners): the configured `grow.options`, else the defaults, with their step counts
+    (teach_steps, freeze_steps) a share of the shortest refinement of the sweep unless configured
+    (`growlm.methods.REFINE_SHARE`, a fifth)."""
     steps = refine_steps(config, budgets)
     out = {}
     for name in refine_names(method):
-        if name == "carry":
-            continue
         opts = {**OPERATORS[name].options, **config["grow"]["options"].get(name, {})}
         for key in OPERATORS[name].ramps:
             if key not in config["grow"]["options"].get(name, {}):
-                opts[key] = max(1, steps // 5)
+                opts[key] = share_of(steps)
         out[name] = opts
     return canonical(out)
+
+
+def share_of(steps: int) -> int:
+    """A ramp's or a refiner's step count by default: `REFINE_SHARE` of `steps` (at least 1)."""
+    return max(1, int(steps * REFINE_SHARE))
 
 
 def canonical(value):

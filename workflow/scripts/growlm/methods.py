@@ -32,6 +32,7 @@ stand in the method list but reuse no small model (the V-cycle and the Apollo-st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Callable
 
 from growlm.errors import GrowlmError
@@ -39,6 +40,8 @@ from growlm.shape import FAMILIES, ModelShape
 
 SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
+# a ramp's or a refinement operator's step count unless configured: this share of the shortest refinement
+REFINE_SHARE = Fraction(1, 5)
 
 
 @dataclass(frozen=True)

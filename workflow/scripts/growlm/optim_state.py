@@ -1,6 +1,6 @@
 """Optimizer-state files: a trained member's final AdamW moments, and the grown model's.
 
-With `grow.optimizer_state: carry`, every member saves its final AdamW moments by parameter name
+Every member saves its final AdamW moments by parameter name
 (`optimizer.safetensors` beside the model), the grow job maps them to the grown model
 (`growlm.growth.moments`) and writes them (`moments.safetensors`), and the refinement's AdamW starts
 from them (`apply_moments`) with the members' step count, for Adam's bias correction. Files hold

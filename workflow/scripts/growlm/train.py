@@ -28,18 +28,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
 from growlm import checkpoint, hints
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
-from growlm.flops import model_forward_flops_per_token, model_train_flops_per_token
+from growlm.flops import model_train_flops_per_token
 from growlm.live import from_env as live_from_env
-from growlm.loss import distill_loss, evaluate, lm_loss
-from growlm.model import enable_recompute, load_model
-from growlm.optim_state import apply_moments, save_moments
+from growlm.loss import evaluate, lm_loss
+from growlm.model import enable_recompute
+from growlm.optim_state import save_moments
 from growlm.profiling.ranges import phase, session_from_env
+from growlm.refiners import build as refiners_from
 from growlm.train_config import TrainConfig
 
 LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "lr", "train_loss", "val_loss",
@@ -202,68 +202,6 @@ class _PendingLosses:
         return values, stopping
 
 
-class _Teachers:
-    """The members as teachers (the `teach` refinement operator): their logit average on a batch,
-    the weight of the KL term at a step (cfg.teach_weight decaying linearly to 0 at teach_steps),
-    and their forward FLOPs per token, which the ledger adds to the refinement's cost."""
-
-    def __init__(self, cfg: TrainConfig):
-        self.models = [load_model(d).to(cfg.device).eval() for d in cfg.teachers]
-        for m in self.models:
-            m.requires_grad_(False)
-        self.cfg = cfg
-        self.flops_per_token = sum(model_forward_flops_per_token(m.config, cfg.context) for m in self.models)
-
-    def weight(self, step: int) -> float:
-        if step >= self.cfg.teach_steps:
-            return 0.0
-        return self.cfg.teach_weight * (1.0 - step / self.cfg.teach_steps)
-
-    @torch.no_grad()
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return sum(m(input_ids=x).logits.float() for m in self.models) / len(self.models)
-
-    def flops(self, step: int, tokens_per_step: int) -> int:
-        """The teachers' FLOPs over the first `step` steps (they run while their weight is not 0)."""
-        return min(step, self.cfg.teach_steps) * tokens_per_step * self.flops_per_token
-
-
-class _Frozen:
-    """The inherited entries held at their grown values for the first cfg.freeze_steps steps (the
-    `freeze` refinement operator): their gradients are zeroed before the optimizer step, so AdamW's
-    moments stay zero there, and their values are put back after it (AdamW's decoupled weight
-    decay would move them otherwise). The new entries train as usual."""
-
-    def __init__(self, core: torch.nn.Module, cfg: TrainConfig):
-        masks = load_file(cfg.freeze_masks)
-        params = dict(core.named_parameters())
-        unknown = sorted(set(masks) - set(params))
-        if unknown:
-            raise GrowlmError(f"{cfg.freeze_masks}: masks for parameters the model does not have: {unknown[:3]}")
-        self.items = []
-        for name, mask in masks.items():
-            p = params[name]
-            mask = mask.to(device=p.device, dtype=torch.bool)
-            if mask.shape != p.shape:
-                raise GrowlmError(f"{cfg.freeze_masks}: mask of {name} has shape {tuple(mask.shape)}, the parameter "
-                                  f"{tuple(p.shape)}")
-            if mask.any():
-                self.items.append((p, mask, p.detach().clone()))
-        self.steps = cfg.freeze_steps
-
-    def before_step(self, step: int) -> None:
-        if step < self.steps:
-            for p, mask, _ in self.items:
-                if p.grad is not None:
-                    p.grad.masked_fill_(mask, 0.0)
-
-    @torch.no_grad()
-    def after_step(self, step: int) -> None:
-        if step < self.steps:
-            for p, mask, value in self.items:
-                p.copy_(torch.where(mask, value, p))
-
-
 def _write_ledger(path: Path, rows: list[dict]) -> None:
     if _world()[0] != 0:  # under torchrun only rank 0 writes files
         return
@@ -287,179 +225,222 @@ def _nan_advice(ckpt_dir, cfg: TrainConfig) -> str:
             f"or tighten train.grad_clip, then run the workflow again (`{hints.again()}`; the job then starts over).")
 
 
+class Run:
+    """Everything one training run needs, set up once (`setup`), and each thing the loop does in a step
+    as a method: the loop (`train`) reads in one sitting and knows nothing of refinement operators,
+    growth masks or devices beyond what these methods do.
+
+    Set-up: the model on its device (activation recomputation as the memory plan says), the batches,
+    AdamW, torch.compile, the refiners (`growlm.refiners`), the checkpoint this very run left (a
+    checkpoint resumes only a run with the same settings, initial weights and data: its identity), the
+    ledger rows so far and the live curves. `flops(step)`: the training FLOPs after `step` steps, the
+    model's and the refiners', computed here once for the ledger, the live curves and the summary."""
+
+    def __init__(self, model, train_tokens, val_tokens, cfg: TrainConfig, *, ckpt_dir, ledger_path, log, live):
+        self.rank, self.world = _world()
+        cfg.validate(self.world)
+        self.cfg, self.log, self.val_tokens = cfg, log, val_tokens
+        self.device = cfg.device
+        if not getattr(model, "_growlm_cpu_offload", False):  # FSDP2 + CPU offload keeps its shards on the CPU
+            model.to(self.device)
+        model.train()
+        self.model, self.core = model, getattr(model, "module", model)  # DDP unwrapped
+        if cfg.recompute_every and hasattr(self.core, "gradient_checkpointing_enable"):
+            enable_recompute(self.core, every=cfg.recompute_every)  # every k-th block, as the memory plan says
+        self.local_batch = cfg.batch_size // self.world
+        self.micro = cfg.micro_batch_size or self.local_batch
+        self.flops_per_token = model_train_flops_per_token(self.core.config, cfg.context)
+        self.tokens_per_step = cfg.batch_size * cfg.context
+        self.sampler = BatchSampler(train_tokens, batch_size=cfg.batch_size, context=cfg.context, seed=cfg.seed)
+        self.optimizer = make_optimizer(model, cfg)
+        self.ckpt_dir, self.ledger_path = ckpt_dir, Path(ledger_path)
+        self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        self.use_bf16 = self.device.startswith("cuda") and torch.cuda.is_bf16_supported()
+        self.gpu_settings = _gpu_settings(cfg, self.use_bf16)
+        # the training steps' forward; "reduce-overhead" also replays each step as CUDA graphs
+        self.step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile_mode else model
+        self.refiners = refiners_from(cfg.refiners)
+        self.identity = checkpoint.run_identity(model, cfg.run_settings(), cfg.inputs)
+        self.run_id = checkpoint.fingerprint(self.identity)
+        state = checkpoint.load_latest(ckpt_dir, model, self.optimizer, log=log, identity=self.identity)
+        resumed = state is not None
+        state = state or {"step": 0, "wall_s": 0.0, "rows": [], "running": None}
+        self.rows: list[dict] = state["rows"]
+        self.start_step, self.wall_before = state["step"], state["wall_s"]
+        self.running = state.get("running")  # the training loss's running average: a resume continues it
+        for r in self.refiners:
+            r.setup(self)
+            if resumed:
+                r.load(state.get("refiners", {}).get(r.name, {}))
+            else:
+                r.start(self)
+        self.live = live if live is not None or self.rank else live_from_env(self.flops)
+        self.progress = _Progress(cfg.steps, self.tokens_per_step, log, self.start_step, self.live)
+        self.step_s, self.steps_timed, self.last_loss = 0.0, 0, None
+        self.t0 = time.perf_counter()
+
+    def flops(self, step: int) -> int:
+        return step * self.tokens_per_step * self.flops_per_token + sum(
+            r.flops(step, self.tokens_per_step) for r in self.refiners)
+
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t0
+
+    # -- a step ---------------------------------------------------------------------------------
+    def begin_step(self, step: int) -> float:
+        """Growth masks' ramps and the learning rate for `step`; returns the rate."""
+        if hasattr(self.core, "growth_step"):
+            self.core.growth_step(step)
+        lr = lr_at(step, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def forward_backward(self, step: int) -> list[torch.Tensor]:
+        """The step's batch (this process's rows) in micro-batches: each one's loss (a refiner's, or the
+        plain LM loss) backpropagated; the losses stay on the device."""
+        with phase("data"):
+            x, y = self.sampler.batch(step)  # the global batch; this process takes its rows
+            rows = slice(self.rank * self.local_batch, (self.rank + 1) * self.local_batch)
+            x, y = _to_device(x[rows], self.device), _to_device(y[rows], self.device)
+        losses = []
+        for i in range(0, self.local_batch, self.micro):
+            # DDP: all-reduce the gradients once per step, at the last micro-batch
+            last = i + self.micro >= self.local_batch or not hasattr(self.model, "no_sync")
+            with contextlib.nullcontext() if last else self.model.no_sync():
+                with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.use_bf16):
+                    xb, yb = x[i:i + self.micro], y[i:i + self.micro]
+                    loss = next((v for v in (r.loss(self, step, xb, yb) for r in self.refiners) if v is not None),
+                                None)
+                    if loss is None:
+                        loss = lm_loss(self.step_model, xb, yb, logits=False)[0]
+                    loss = loss * (self.micro / self.local_batch)
+                with phase("backward"):
+                    loss.backward()
+            losses.append(loss.detach())  # read later, at a sync point (no host sync here)
+        return losses
+
+    def optimizer_step(self, step: int) -> None:
+        with phase("optimizer"):
+            for r in self.refiners:
+                r.before_step(step)
+            if self.cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            for r in self.refiners:
+                r.after_step(step)
+
+    def read_losses(self, pending: _PendingLosses, stop_requested: bool) -> bool:
+        """Read the pending losses (in step order, as if each had been read at its step) into the running
+        average; a non-finite one stops the run naming its step. Returns whether to stop (any rank)."""
+        values, stopping = pending.read(stop_requested, self.world, self.device)
+        for at, value in values:
+            if not math.isfinite(value):
+                _write_ledger(self.ledger_path, self.rows)
+                raise GrowlmError(f"loss is {value} at step {at + 1}; training stopped. "
+                                  + _nan_advice(self.ckpt_dir, self.cfg))
+            self.running = value if self.running is None else 0.9 * self.running + 0.1 * value
+            self.last_loss = value
+        return stopping
+
+    # -- the periodic actions -------------------------------------------------------------------
+    def record(self, step: int, train_loss: float | None, kind: str) -> dict:
+        """A ledger row (with a validation loss for kind "eval"), also to the live curves."""
+        row = {"step": step, "tokens": step * self.tokens_per_step, "flops": self.flops(step),
+               "wall_s": round(self.wall(), 3), "lr": lr_at(max(step - 1, 0), self.cfg),
+               "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
+               "peak_mem_mb": round(peak_memory_mb(self.device), 1), "kind": kind}
+        if kind == "eval":
+            with phase("eval"):
+                metrics = evaluate(self.model, self.val_tokens, context=self.cfg.context, batch_size=self.micro,
+                                   max_tokens=self.cfg.eval_tokens, device=self.device)
+            row["val_loss"] = round(metrics["loss"], 5)
+        self.rows.append(row)
+        if self.live is not None:
+            self.live.row(row)
+        return row
+
+    def save_checkpoint(self, done: int) -> None:
+        _write_ledger(self.ledger_path, self.rows)
+        checkpoint.save_checkpoint(self.ckpt_dir, done, self.model, self.optimizer,
+                                   {"step": done, "wall_s": self.wall(), "rows": self.rows, "running": self.running,
+                                    "fingerprint": self.run_id, "identity": self.identity,
+                                    **({"refiners": {r.name: r.state() for r in self.refiners}}
+                                       if any(r.state() for r in self.refiners) else {})})
+
+    def stop(self, done: int, signum) -> None:
+        name = signal.Signals(signum).name if signum else "a stop request on another rank"
+        self.log(f"{name} after step {done}/{self.cfg.steps}: checkpoint written to {self.ckpt_dir}; exiting with "
+                 f"status {PREEMPTED_EXIT}. Run the workflow again to continue from it: `{hints.again()}`")
+        sys.exit(PREEMPTED_EXIT)
+
+    def finish(self) -> dict:
+        """The ledger written, the moments saved (a member's, for carry), the summary."""
+        cfg = self.cfg
+        _write_ledger(self.ledger_path, self.rows)
+        if cfg.save_moments and self.rank == 0:
+            save_moments(cfg.save_moments, self.model, self.optimizer)
+        timed_flops = self.steps_timed * self.tokens_per_step * self.flops_per_token
+        achieved = timed_flops / self.step_s if self.step_s > 0 else None
+        if self.gpu_settings:  # model FLOPs per second of training steps over the device's bf16 peak
+            self.gpu_settings["mfu"] = mfu(achieved or 0.0, self.gpu_settings["peak_flops"])
+        total = self.flops(cfg.steps)
+        return {"steps": cfg.steps, "tokens": cfg.steps * self.tokens_per_step, "flops": total,
+                "teacher_flops": total - cfg.steps * self.tokens_per_step * self.flops_per_token,
+                "wall_s": self.wall(), "final_val_loss": self.rows[-1]["val_loss"],
+                "flops_per_token": self.flops_per_token, "model_flops_per_s": achieved,
+                "gpu_settings": self.gpu_settings, "config": cfg.to_dict()}
+
+
 def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarray, cfg: TrainConfig,
           *, ckpt_dir: str | Path, ledger_path: str | Path, log=print, step_callback=None, live=None) -> dict:
     """Train `model` in place for `cfg.tokens` tokens; write the ledger; return a summary dict.
 
-    Resumes from the newest whole checkpoint in `ckpt_dir` if there is one. `live`: a
+    Resumes from the newest whole checkpoint of this very run in `ckpt_dir` if there is one. `live`: a
     `growlm.live.LiveCurves` that sees every ledger row and progress line as it is written (default:
-    the one the job's environment asks for, on rank 0; `train.log_to`).
-    """
-    rank, world = _world()
-    cfg.validate(world)
-    device = cfg.device
-    if not getattr(model, "_growlm_cpu_offload", False):  # FSDP2 + CPU offload keeps its shards on the CPU
-        model.to(device)
-    model.train()
-    core = getattr(model, "module", model)  # unwrap DDP
-    config = core.config
-    if cfg.recompute_every and hasattr(core, "gradient_checkpointing_enable"):
-        enable_recompute(core, every=cfg.recompute_every)  # every k-th block, as the memory plan says
-    local_batch = cfg.batch_size // world
-    micro = cfg.micro_batch_size or local_batch
-    flops_per_token = model_train_flops_per_token(config, cfg.context)
-    tokens_per_step = cfg.batch_size * cfg.context
-    sampler = BatchSampler(train_tokens, batch_size=cfg.batch_size, context=cfg.context, seed=cfg.seed)
-    optimizer = make_optimizer(model, cfg)
-    ledger_path = Path(ledger_path)
-    ledger_path.parent.mkdir(parents=True, exist_ok=True)
-    use_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
-    gpu_settings = _gpu_settings(cfg, use_bf16)
-    # the training steps' forward; "reduce-overhead" also replays each step as CUDA graphs
-    step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile_mode else model
-    step_s, steps_timed = 0.0, 0  # time in training steps (not evaluation), for MFU
-
-    # a checkpoint resumes only this run: same settings (the memory plan aside), initial weights and data
-    identity = checkpoint.run_identity(model, cfg.run_settings(), cfg.inputs)
-    run_id = checkpoint.fingerprint(identity)
-    state = checkpoint.load_latest(ckpt_dir, model, optimizer, log=log, identity=identity)
-    if state is None:
-        state = {"step": 0, "wall_s": 0.0, "rows": [], "running": None}
-        if cfg.init_moments:
-            n = apply_moments(model, optimizer, cfg.init_moments)
-            log(f"AdamW starts from carried-over moments for {n} parameters ({cfg.init_moments})")
-    rows: list[dict] = state["rows"]
-    start_step, wall_before = state["step"], state["wall_s"]
-    teachers = _Teachers(cfg) if cfg.teach_steps and cfg.teachers else None
-    if cfg.freeze_steps and cfg.strategy.startswith("fsdp"):
-        raise GrowlmError("freeze (inherited weights held fixed) works with one process or DDP, not with FSDP's "
-                          "sharded parameters; drop freeze from the method or give the job more memory")
-    frozen = _Frozen(core, cfg) if cfg.freeze_steps and start_step < cfg.freeze_steps else None
-    if live is None and rank == 0:
-        live = live_from_env(lambda s: s * tokens_per_step * flops_per_token
-                             + (teachers.flops(s, tokens_per_step) if teachers else 0))
-    t0 = time.perf_counter()
-
-    def wall() -> float:
-        return wall_before + time.perf_counter() - t0
-
-    def record(step: int, train_loss: float | None, kind: str) -> dict:
-        flops = step * tokens_per_step * flops_per_token + (teachers.flops(step, tokens_per_step) if teachers else 0)
-        row = {"step": step, "tokens": step * tokens_per_step, "flops": flops,
-               "wall_s": round(wall(), 3), "lr": lr_at(max(step - 1, 0), cfg),
-               "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
-               "peak_mem_mb": round(peak_memory_mb(device), 1), "kind": kind}
-        if kind == "eval":
-            with phase("eval"):
-                metrics = evaluate(model, val_tokens, context=cfg.context, batch_size=micro,
-                                   max_tokens=cfg.eval_tokens, device=device)
-            row["val_loss"] = round(metrics["loss"], 5)
-        rows.append(row)
-        if live is not None:
-            live.row(row)
-        return row
-
-    progress = _Progress(cfg.steps, tokens_per_step, log, start_step, live)
-    if start_step == 0 and not rows:
-        if hasattr(core, "growth_step"):
-            core.growth_step(0)
-        record(0, None, "eval")
-        progress.line(0, None, rows, lr_at(0, cfg))
-
-    # the training loss's running average is part of the run: a resumed run continues it exactly
-    running, step = state.get("running"), start_step
-    pending, sync_every = _PendingLosses(), cfg.sync_interval
+    the one the job's environment asks for, on rank 0; `train.log_to`)."""
+    run = Run(model, train_tokens, val_tokens, cfg, ckpt_dir=ckpt_dir, ledger_path=ledger_path, log=log, live=live)
+    if run.start_step == 0 and not run.rows:  # the starting point: step 0's evaluation
+        run.begin_step(0)
+        run.record(0, None, "eval")
+        run.progress.line(0, None, run.rows, lr_at(0, cfg))
+    pending = _PendingLosses()
     # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profiling.driver.profile_run)
     profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
     with _StopRequest() as stop, profiler_ctx:
-        for step in range(start_step, cfg.steps):
+        for step in range(run.start_step, cfg.steps):
             t_step = time.perf_counter()
-            if hasattr(core, "growth_step"):
-                core.growth_step(step)
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with phase("data"):
-                x, y = sampler.batch(step)  # the global batch; this process takes its rows
-                x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
-                x, y = _to_device(x, device), _to_device(y, device)
-            losses = []
-            teach_weight = teachers.weight(step) if teachers else 0.0
-            for i in range(0, local_batch, micro):
-                # DDP: all-reduce the gradients once per step, at the last micro-batch
-                last = i + micro >= local_batch or not hasattr(model, "no_sync")
-                with contextlib.nullcontext() if last else model.no_sync():
-                    with phase("forward"), torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                        xb, yb = x[i:i + micro], y[i:i + micro]
-                        if teach_weight > 0:
-                            loss = distill_loss(step_model(input_ids=xb).logits, yb, teachers.logits(xb),
-                                                weight=teach_weight, temperature=cfg.teach_temperature)
-                        else:
-                            loss = lm_loss(step_model, xb, yb, logits=False)[0]
-                        loss = loss * (micro / local_batch)
-                    with phase("backward"):
-                        loss.backward()
-                losses.append(loss.detach())  # read later, at a sync point (no host sync here)
-            with phase("optimizer"):
-                if frozen is not None:
-                    frozen.before_step(step)
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if frozen is not None:
-                    frozen.after_step(step)
-            pending.add(step, losses)
+            lr = run.begin_step(step)
+            pending.add(step, run.forward_backward(step))
+            run.optimizer_step(step)
             done = step + 1
             is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
-            # a sync point: wherever a loss value or one decision of all ranks is needed (every
-            # sync_interval steps; an evaluation, a dense ledger row, a checkpoint, the last step; a
-            # stop request in a single process - with several, it waits for the next sync point)
-            if (done % sync_every == 0 or is_eval or done <= cfg.dense_log_steps or done % cfg.checkpoint_every == 0
-                    or done == cfg.steps or (world == 1 and stop.signal is not None)):
-                values, stopping = pending.read(stop.signal is not None, world, device)
-                for at, loss_value in values:  # in step order, as if each had been read at its step
-                    if not math.isfinite(loss_value):
-                        _write_ledger(ledger_path, rows)
-                        raise GrowlmError(f"loss is {loss_value} at step {at + 1}; training stopped. "
-                                          + _nan_advice(ckpt_dir, cfg))
-                    running = loss_value if running is None else 0.9 * running + 0.1 * loss_value
-                synced = True
-            else:
-                stopping, synced = False, False
-            if step > start_step:  # the first step (compilation, allocator warm-up) is not timed
-                step_s += time.perf_counter() - t_step
-                steps_timed += 1
+            # -- sync: read the losses wherever a value or one decision of all ranks is needed (every
+            # sync_interval steps; an evaluation, a dense ledger row, a checkpoint, the last step; a stop
+            # request in one process - with several, it waits for the next sync point)
+            synced = (done % cfg.sync_interval == 0 or is_eval or done <= cfg.dense_log_steps
+                      or done % cfg.checkpoint_every == 0 or done == cfg.steps
+                      or (run.world == 1 and stop.signal is not None))
+            stopping = run.read_losses(pending, stop.signal is not None) if synced else False
+            if step > run.start_step:  # the first step (compilation, allocator warm-up) is not timed
+                run.step_s += time.perf_counter() - t_step
+                run.steps_timed += 1
+            # -- evaluate and log
             if is_eval:
-                record(done, running, "eval")
-                progress.line(done, running, rows, lr)
+                run.record(done, run.running, "eval")
+                run.progress.line(done, run.running, run.rows, lr)
             elif done <= cfg.dense_log_steps:
-                record(done, loss_value, "train")
-            if not is_eval and synced and progress.due():
-                progress.line(done, running, rows, lr)
+                run.record(done, run.last_loss, "train")
+            if not is_eval and synced and run.progress.due():
+                run.progress.line(done, run.running, run.rows, lr)
+            # -- checkpoint
             if done % cfg.checkpoint_every == 0 or stopping:
-                _write_ledger(ledger_path, rows)
-                checkpoint.save_checkpoint(ckpt_dir, done, model, optimizer,
-                                           {"step": done, "wall_s": wall(), "rows": rows, "running": running,
-                                            "fingerprint": run_id, "identity": identity})
+                run.save_checkpoint(done)
             profiler_step()
             if step_callback is not None:
                 step_callback(done)
+            # -- stop
             if stopping:
-                name = signal.Signals(stop.signal).name if stop.signal else "a stop request on another rank"
-                log(f"{name} after step {done}/{cfg.steps}: checkpoint written to {ckpt_dir}; exiting with status "
-                    f"{PREEMPTED_EXIT}. Run the workflow again to continue from it: `{hints.again()}`")
-                sys.exit(PREEMPTED_EXIT)
-    _write_ledger(ledger_path, rows)
-    if cfg.save_moments and rank == 0:
-        save_moments(cfg.save_moments, model, optimizer)
-    final = rows[-1]
-    achieved = steps_timed * tokens_per_step * flops_per_token / step_s if step_s > 0 else None
-    if gpu_settings:  # model FLOPs per second of training steps over the device's bf16 peak
-        gpu_settings["mfu"] = mfu(achieved or 0.0, gpu_settings["peak_flops"])
-    teacher_flops = teachers.flops(cfg.steps, tokens_per_step) if teachers else 0
-    return {"steps": cfg.steps, "tokens": cfg.steps * tokens_per_step,
-            "flops": cfg.steps * tokens_per_step * flops_per_token + teacher_flops, "teacher_flops": teacher_flops,
-            "wall_s": wall(),
-            "final_val_loss": final["val_loss"], "flops_per_token": flops_per_token,
-            "model_flops_per_s": achieved, "gpu_settings": gpu_settings, "config": cfg.to_dict()}
+                run.stop(done, stop.signal)
+    return run.finish()

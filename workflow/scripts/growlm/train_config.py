@@ -8,7 +8,7 @@ torchrun entry point's `train.json`, the checkpoint fingerprint and the summary 
 Two groups of fields:
 
 * what is computed: the budget, batch, schedule, optimizer, evaluation and checkpoint cadence, the
-  data seed and the optimizer state to start from;
+  data seed and the refinement operators (`refiners`: {name: settings}, growlm.refiners);
 * how the steps run (`HOW_FIELDS`): the device, the memory plan's micro-batch, activation
   recomputation and distribution strategy, `torch.compile`, how often the losses are read on the
   host, the MFU peak. A run resumed under
@@ -50,15 +50,9 @@ class TrainConfig:
     checkpoint_every: int = 100  # steps between resumable checkpoints
     dense_log_steps: int = 0  # log the training loss every step for this many steps (after growth)
     seed: int = 0  # data seed: batch k depends only on (seed, k)
-    init_moments: str | None = None  # AdamW moments to start from (growth carry-over), a file
     save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
-    # the refinement operators (growlm.methods: teach, freeze) - a refinement that uses none keeps the defaults
-    teachers: list[str] | None = None  # model folders of the members whose logit average teaches
-    teach_weight: float = 0.0  # weight of the KL term at step 0, decaying linearly to 0 at teach_steps
-    teach_temperature: float = 2.0
-    teach_steps: int = 0  # after these steps the teachers are no longer run
-    freeze_masks: str | None = None  # safetensors of bool masks: the inherited entries, held fixed
-    freeze_steps: int = 0  # ... for these first steps
+    # the refinement operators of the run (growlm.refiners: teach, freeze, carry, a plugin's), {name: settings}
+    refiners: dict | None = None
     # how the steps run; not part of the run's identity
     device: str = "cpu"
     micro_batch_size: int | None = None  # gradient accumulation; None: the whole per-process batch
@@ -134,12 +128,6 @@ class TrainConfig:
                               f"({self.batch_size} x {self.context})")
         if self.lr <= 0:
             raise GrowlmError(f"learning rate must be positive, got {self.lr}")
-        if self.teach_steps and (not self.teachers or not 0 < self.teach_weight <= 1 or self.teach_temperature <= 0):
-            raise GrowlmError(f"teaching for {self.teach_steps} steps needs teachers, a weight in (0, 1] and a positive "
-                              f"temperature (got {len(self.teachers or [])} teachers, weight {self.teach_weight}, "
-                              f"temperature {self.teach_temperature})")
-        if self.freeze_steps and not self.freeze_masks:
-            raise GrowlmError(f"freezing for {self.freeze_steps} steps needs the inherited-weight masks (freeze_masks)")
         if self.compile not in (True, False) and self.compile not in COMPILE_MODES:
             raise GrowlmError(f"unknown compile setting {self.compile!r}; true, false or one of {COMPILE_MODES}")
         if self.sync_every < 0:

@@ -165,6 +165,13 @@ def _repeated(values: list) -> list:
     return out
 
 
+# keys that growlm once read, with what replaced them: such a key gets this line, not "unknown key"
+REMOVED = {
+    "grow.optimizer_state": "removed: the carry-over of the members' AdamW moments is the `carry` refinement "
+                            "operator now; put it in the method's chain (methods: [[msg, carry]])",
+}
+
+
 def schema_problems(config: dict, schema: dict) -> list[str]:
     """Every place where `config` breaks `schema`, as 'key = value: what is wrong; what would work'."""
     defs = schema.get("$defs", {})
@@ -176,8 +183,11 @@ def schema_problems(config: dict, schema: dict) -> list[str]:
             allowed = sorted(err.schema.get("properties", {}))
             extra = [k for k in err.instance if k not in allowed] if isinstance(err.instance, dict) else []
             for k in extra:
-                near = difflib.get_close_matches(k, allowed, n=1)
                 key = f"{where}.{k}" if err.absolute_path else k
+                if key in REMOVED:
+                    problems.append(f"{key}: {REMOVED[key]}")
+                    continue
+                near = difflib.get_close_matches(k, allowed, n=1)
                 why = f"; {err.schema['description'].strip()}" if err.schema.get("description") else ""
                 problems.append(f"{key}: unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
                                 + f" (known here: {', '.join(allowed)}){why}")

@@ -1,6 +1,6 @@
 """Optimizer-state carry-over: grow the members' AdamW moments along with their weights.
 
-Off by default (refinement restarts AdamW with a short warm-up). With `grow.optimizer_state: carry`
+Off by default (refinement restarts AdamW with a short warm-up). With `carry` in the method's chain
 the grow job maps the members' saved moments (`growlm.optim_state`) to the grown model with the
 *linear part* of the same operator and seed:
 

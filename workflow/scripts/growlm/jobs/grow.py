@@ -69,16 +69,15 @@ def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=N
 
 
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
-         optimizer_state: str = "fresh", data_file=None, learned_batches: dict | None = None) -> None:
-    """Combine the trained members into M'_1 with a growth operator; record its cost. With
-    `optimizer_state="carry"` (or `carry` in the chain) the members' AdamW moments are grown too
-    (growlm.growth.moments); with `freeze` in the chain the entries inherited from the members are
+         data_file=None, learned_batches: dict | None = None) -> None:
+    """Combine the trained members into M'_1 with a growth operator; record its cost. With `carry` in the
+    chain the members' AdamW moments are grown too (growlm.growth.moments); with `freeze` the entries
+    inherited from the members are
     marked (`inherited.safetensors`) for the refinement to hold. `options` are the growth operators'
     (the refinement operators' options reach the refine job, not this one)."""
     full_chain = method_chain(method)
     chain = growth_names(full_chain)
-    if "carry" in refine_names(full_chain):
-        optimizer_state = "carry"
+    carry = "carry" in refine_names(full_chain)
     options = operator_options(chain, options, seed=seed, data_file=data_file, learned_batches=learned_batches)
     members = [load_model(d) for d in member_dirs]
     t0 = time.perf_counter()
@@ -101,7 +100,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once
         member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"], "role": "trunk"})
     carried = {}
-    if optimizer_state == "carry":
+    if carry:
         loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in member_dirs]
         moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
                                seed=seed, **options)
@@ -120,7 +119,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     shown = {k: v for k, v in options.items() if k != "batches"}
     (Path(out_dir) / "growth.json").write_text(json.dumps(
         {"method": method, "chain": full_chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
-         "members": member_cost, "optimizer_state": optimizer_state, **carried}, indent=2))
+         "members": member_cost, **carried}, indent=2))
     log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 

@@ -60,12 +60,13 @@ def identify_inputs(cfg: TrainConfig, *, train_file, val_file, tokenizer_dir, sh
     inputs = {"training tokens": digest(train_file), "validation tokens": digest(val_file),
               "tokenizer": digest(Path(tokenizer_dir) / "tokenizer.json"),
               "part of the training tokens": json.dumps(shard, sort_keys=True)}
-    if cfg.init_moments:
-        inputs["carried moments"] = digest(cfg.init_moments)
-    for i, teacher in enumerate(cfg.teachers or []):
+    refiners = cfg.refiners or {}
+    if "carry" in refiners:
+        inputs["carried moments"] = digest(refiners["carry"]["moments"])
+    for i, teacher in enumerate((refiners.get("teach") or {}).get("teachers", [])):
         inputs[f"teacher {i + 1}"] = digest(Path(teacher) / "model.safetensors")
-    if cfg.freeze_masks:
-        inputs["frozen entries"] = digest(cfg.freeze_masks)
+    if "freeze" in refiners:
+        inputs["frozen entries"] = digest(refiners["freeze"]["masks"])
     cfg.inputs = inputs
 
 
@@ -210,36 +211,43 @@ def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
     return model
 
 
-def apply_refine_operators(cfg: TrainConfig, refine_with: dict | None, growth: dict, grown_dir) -> dict:
-    """Set the refinement operators of the method (`growlm.experiment.refine_operators`) on `cfg`:
-    `teach` runs the members the grow job used (growth.json) as teachers, `freeze` holds the
-    entries the grow job marked as inherited (`inherited.safetensors`). Returns what was set, for
-    the model's growlm.json."""
-    refine_with = refine_with or {}
-    if "teach" in refine_with:
-        t = refine_with["teach"]
-        teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
-        if not teachers:
-            raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
-        cfg.teachers, cfg.teach_weight = teachers, float(t["teach_weight"])
-        cfg.teach_temperature, cfg.teach_steps = float(t["temperature"]), min(int(t["teach_steps"]), cfg.steps)
-        log(f"teach: {len(teachers)} member(s) teach for {cfg.teach_steps} steps (weight {cfg.teach_weight} -> 0, "
-            f"temperature {cfg.teach_temperature})")
-    if "freeze" in refine_with:
-        masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
-        if not masks.is_file():
-            raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
-                              f"rebuild it and continue with `{hints.rebuild(masks)}`")
-        cfg.freeze_masks, cfg.freeze_steps = str(masks), min(int(refine_with["freeze"]["freeze_steps"]), cfg.steps)
-        log(f"freeze: inherited weights held for {cfg.freeze_steps} steps")
-    return refine_with
+def refiner_settings(refine_with: dict | None, growth: dict, grown_dir, steps: int) -> dict:
+    """`TrainConfig.refiners` for the refinement operators of the method (`growlm.experiment.
+    refine_operators`: {name: options}): each one's options, with what the grow job left for it -
+    `teach`: the members it used (growth.json) as teachers; `freeze`: the entries it marked as inherited
+    (`inherited.safetensors`); `carry`: the members' grown moments - and its step counts within the
+    refinement's `steps`."""
+    out = {}
+    for name, options in (refine_with or {}).items():
+        kw = dict(options)
+        if name == "teach":
+            teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
+            if not teachers:
+                raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
+            kw.update(teachers=teachers, teach_steps=min(int(kw["teach_steps"]), steps))
+            log(f"teach: {len(teachers)} member(s) teach for {kw['teach_steps']} steps (weight {kw['teach_weight']} "
+                f"-> 0, temperature {kw['temperature']})")
+        elif name == "freeze":
+            masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
+            if not masks.is_file():
+                raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
+                                  f"rebuild it and continue with `{hints.rebuild(masks)}`")
+            kw.update(masks=str(masks), freeze_steps=min(int(kw["freeze_steps"]), steps))
+            log(f"freeze: inherited weights held for {kw['freeze_steps']} steps")
+        elif name == "carry":
+            if not growth.get("moments"):
+                raise GrowlmError(f"carry: {grown_dir}/growth.json names no grown moments; rebuild it and continue "
+                                  f"with `{hints.rebuild(Path(grown_dir) / 'growth.json')}`")
+            kw.update(moments=str(Path(grown_dir) / growth["moments"]))
+        out[name] = kw
+    return out
 
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
            memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
            gpu_share: float = 1.0, compile: bool | str = False, sync_every: int = 0) -> dict:
-    """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up,
-    or the members' carried-over moments when the grow job grew them). `ramps`: the mask-ramp lengths
+    """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up; the
+    method's refinement operators, `refine_with`, on top: growlm.refiners). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
     this refinement. `gpus`, `gpu_share`, `compile`, `sync_every`: how it runs, as for `train_model`; with several
     GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
@@ -253,10 +261,9 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
                               "grown model could not become a plain GPT-2 by its end; shorten them in grow.options")
         model.set_ramps(**ramps)
         log(f"mask ramps: {ramps} (refinement steps)")
-    if growth.get("optimizer_state") == "carry":
-        cfg.init_moments = str(Path(grown_dir) / growth["moments"])
-    apply_refine_operators(cfg, refine_with, growth, grown_dir)
-    info = {"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed}
+    cfg.refiners = refiner_settings(refine_with, growth, grown_dir, cfg.steps) or None
+    info = {"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed,
+            "refiners": cfg.refiners or {}}
     nproc = processes_for(gpus)
     if nproc > 1:
         return train_under_torchrun(nproc, cfg=cfg, out_dir=out_dir, info=info, grown_dir=grown_dir,

@@ -1,0 +1,211 @@
+"""Refiners: what a refinement operator adds to the training loop, described once and registered.
+
+A refinement operator (`teach`, `freeze`, `carry`; axis "refine" in `growlm.methods.OPERATORS`, where
+its options and their defaults are described) grows nothing: standing in a method's chain
+(`[msg, teach]`) it changes how M'_1 is refined. Its implementation is a `Refiner`, registered here
+under the same name (`refiner(name)` checks its options against the description, as
+`growlm.growth.registry.implements` does for growth operators); a plugin file may define one with
+`growlm.growth.register_operator(name, axis="refine", ...)` on a Refiner subclass. The training loop
+(`growlm.train`) knows nothing about any of them; it calls, for every refiner of the run:
+
+* `setup(run)` once, after the model, the optimizer and any resumed checkpoint exist, and
+  `start(run)` only when the run starts at step 0 (not on a resume);
+* `loss(run, step, x, y)` for each micro-batch: a loss to use instead of the plain LM loss, or None;
+* `before_step(step)` after the backward pass and before clipping and AdamW, `after_step(step)` after;
+* `flops(steps, tokens_per_step)`: the FLOPs it has added over the first `steps` steps (the ledger and
+  the cost ratio count them);
+* `state()`: what it keeps in a checkpoint (a JSON-able dict; `load(state)` on a resume).
+
+Its settings are `TrainConfig.refiners[name]`: its options (resolved by `growlm.experiment`, step
+counts a share of the shortest refinement unless configured) and the files the refine job gives it
+(`inputs`: teachers' model folders, the inherited-entry masks, the carried moments), which are part
+of the run's identity (`growlm.jobs.train.identify_inputs`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file
+
+from growlm.errors import GrowlmError
+from growlm.flops import model_forward_flops_per_token
+from growlm.loss import distill_loss
+from growlm.methods import OPERATORS
+from growlm.model import load_model
+from growlm.optim_state import apply_moments
+
+REFINERS: dict[str, type] = {}
+
+
+class Refiner:
+    """The interface (see the module docstring); every method does nothing by default."""
+
+    name = ""
+    inputs: tuple[str, ...] = ()  # settings that are files the job gives it, not options
+
+    def setup(self, run) -> None:
+        pass
+
+    def start(self, run) -> None:
+        pass
+
+    def loss(self, run, step: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def before_step(self, step: int) -> None:
+        pass
+
+    def after_step(self, step: int) -> None:
+        pass
+
+    def flops(self, steps: int, tokens_per_step: int) -> int:
+        return 0
+
+    def state(self) -> dict:
+        return {}
+
+    def load(self, state: dict) -> None:
+        pass
+
+
+def options_of(cls: type) -> dict:
+    """A refiner's options: the keyword-only parameters of its __init__ but its `inputs`, with defaults."""
+    out = {}
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in cls.inputs:
+            out[p.name] = None if p.default is inspect.Parameter.empty else p.default
+    return out
+
+
+def refiner(name: str) -> Callable[[type], type]:
+    """Class decorator: register a Refiner as the implementation of refinement operator `name`, whose
+    options must be its description's (`growlm.methods.OPERATORS[name]`, axis "refine")."""
+
+    def wrap(cls: type) -> type:
+        spec = OPERATORS.get(name)
+        if spec is None or spec.axis != "refine":
+            raise GrowlmError(f"{cls.__name__} implements {name!r}, which is not a described refinement operator")
+        if options_of(cls) != spec.options:
+            raise GrowlmError(f"refinement operator {name!r}: the implementation's options {options_of(cls)} differ "
+                              f"from its description {spec.options}")
+        cls.name = name
+        REFINERS[name] = cls
+        return cls
+
+    return wrap
+
+
+def build(settings: dict | None) -> list[Refiner]:
+    """The refiners of a run from `TrainConfig.refiners` ({name: settings}), in a fixed order."""
+    out = []
+    for name, kw in sorted((settings or {}).items()):
+        if name not in REFINERS:
+            raise GrowlmError(f"unknown refinement operator {name!r} (known: {', '.join(sorted(REFINERS))})")
+        out.append(REFINERS[name](**kw))
+    return out
+
+
+@refiner("teach")
+class Teach(Refiner):
+    """The members as teachers: for the first `teach_steps` steps the loss is
+    (1 - w) CE + w T^2 KL(members' logit average || M_1) (`growlm.loss.distill_loss`), w decaying
+    linearly from `teach_weight` to 0; then the members are no longer run. Their forward FLOPs count."""
+
+    inputs = ("teachers",)
+
+    def __init__(self, *, teach_weight: float = 0.5, temperature: float = 2.0, teach_steps: int = 100,
+                 teachers: tuple = ()):
+        if not teachers or not 0 < teach_weight <= 1 or temperature <= 0:
+            raise GrowlmError(f"teaching needs teachers, a weight in (0, 1] and a positive temperature (got "
+                              f"{len(teachers)} teachers, weight {teach_weight}, temperature {temperature})")
+        self.weight0, self.temperature, self.steps = float(teach_weight), float(temperature), int(teach_steps)
+        self.dirs = list(teachers)
+        self.models, self.per_token = [], 0
+
+    def setup(self, run) -> None:
+        self.models = [load_model(d).to(run.device).eval() for d in self.dirs]
+        for m in self.models:
+            m.requires_grad_(False)
+        self.per_token = sum(model_forward_flops_per_token(m.config, run.cfg.context) for m in self.models)
+
+    def weight(self, step: int) -> float:
+        return 0.0 if step >= self.steps else self.weight0 * (1.0 - step / self.steps)
+
+    def loss(self, run, step, x, y):
+        w = self.weight(step)
+        if w <= 0:
+            return None
+        student = run.step_model(input_ids=x).logits
+        with torch.no_grad():
+            teacher = sum(m(input_ids=x).logits.float() for m in self.models) / len(self.models)
+        return distill_loss(student, y, teacher, weight=w, temperature=self.temperature)
+
+    def flops(self, steps, tokens_per_step):
+        return min(steps, self.steps) * tokens_per_step * self.per_token
+
+
+@refiner("freeze")
+class Freeze(Refiner):
+    """The inherited entries held at their grown values for the first `freeze_steps` steps: their
+    gradients are zeroed before the optimizer step (so AdamW's moments stay zero there) and their values
+    put back after it (AdamW's decoupled weight decay would move them otherwise); the new entries train.
+    Works with one process or DDP, not with FSDP's sharded parameters."""
+
+    inputs = ("masks",)
+
+    def __init__(self, *, freeze_steps: int = 100, masks: str | None = None):
+        if not masks:
+            raise GrowlmError(f"freezing for {freeze_steps} steps needs the inherited-entry masks")
+        self.steps, self.masks, self.items = int(freeze_steps), masks, []
+
+    def setup(self, run) -> None:
+        if run.cfg.strategy.startswith("fsdp"):
+            raise GrowlmError("freeze (inherited weights held fixed) works with one process or DDP, not with FSDP's "
+                              "sharded parameters; drop freeze from the method or give the job more memory")
+        if run.start_step >= self.steps:
+            return
+        masks = load_file(self.masks)
+        params = dict(run.core.named_parameters())
+        unknown = sorted(set(masks) - set(params))
+        if unknown:
+            raise GrowlmError(f"{self.masks}: masks for parameters the model does not have: {unknown[:3]}")
+        for name, mask in masks.items():
+            p = params[name]
+            mask = mask.to(device=p.device, dtype=torch.bool)
+            if mask.shape != p.shape:
+                raise GrowlmError(f"{self.masks}: mask of {name} has shape {tuple(mask.shape)}, the parameter "
+                                  f"{tuple(p.shape)}")
+            if mask.any():  # (after a resume: the checkpoint's values, which are the grown ones)
+                self.items.append((p, mask, p.detach().clone()))
+
+    def before_step(self, step):
+        if step < self.steps:
+            for p, mask, _ in self.items:
+                if p.grad is not None:
+                    p.grad.masked_fill_(mask, 0.0)
+
+    @torch.no_grad()
+    def after_step(self, step):
+        if step < self.steps:
+            for p, mask, value in self.items:
+                p.copy_(torch.where(mask, value, p))
+
+
+@refiner("carry")
+class Carry(Refiner):
+    """AdamW starts from the members' moments grown by the same operator (`growlm.growth.moments`; the
+    grow job writes them when `carry` stands in the chain), instead of from zero."""
+
+    inputs = ("moments",)
+
+    def __init__(self, *, moments: str | None = None):
+        if not moments:
+            raise GrowlmError("carry needs the grown moments (the grow job writes them when carry is in the chain)")
+        self.moments = moments
+
+    def start(self, run) -> None:
+        n = apply_moments(run.model, run.optimizer, self.moments)
+        run.log(f"AdamW starts from carried-over moments for {n} parameters ({self.moments})")
