@@ -16,7 +16,7 @@ from conftest import learnable_tokens
 from growlm.memory.estimate import write_plan
 from growlm.memory.measure import make_plan
 from growlm.model import build_model, load_model
-from growlm.runner import launch_command
+from growlm.runner import TrainingJob, launch_command
 from growlm.train import train
 from growlm.train_config import TrainConfig
 
@@ -59,11 +59,12 @@ def run_torchrun(d: Path, name: str, strategy: str, micro: int, train_json: str 
                        device="cpu", memory_limit_gb=1, measure=False)
     plan = dataclasses.replace(base, strategy=strategy, micro_batch_size=micro, grad_accum_steps=4 // micro)
     write_plan(plan, d / f"{name}_plan.json")
-    args = ["--model-config", d / "model.json", "--train-file", d / "tok.npy", "--val-file", d / "tok.npy",
-            "--train-config", d / train_json, "--plan", d / f"{name}_plan.json", "--ckpt-dir", d / f"{name}_ck",
-            "--ledger", d / f"{name}.csv", "--out-dir", d / f"{name}_model", "--summary", d / f"{name}.json",
-            "--device", "cpu"]
-    cmd = launch_command(2, args)
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / train_json).read_text()), device="cpu"),
+                      out_dir=d / f"{name}_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
+                      start={"build": MODEL}, ckpt_dir=d / f"{name}_ck", plan_file=d / f"{name}_plan.json",
+                      ledger_file=d / f"{name}.csv", summary_file=d / f"{name}.json")
+    (d / f"{name}_job.json").write_text(job.to_json())
+    cmd = launch_command(2, [d / f"{name}_job.json"])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=d)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -261,7 +261,7 @@ def test_compile_and_the_share_reach_the_training_config(grown, monkeypatch):
     import growlm.jobs.train as jobs
 
     seen = []
-    monkeypatch.setattr(jobs, "train_and_save", lambda model, cfg, **kw: seen.append((cfg, kw["gpu_share"])) or {})
+    monkeypatch.setattr(jobs, "run_job", lambda job, **kw: seen.append((job.cfg, job.gpu_share)) or {})
     jobs.train_model(train=TRAIN, model={"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8},
                      init_seed=1, role="m1", train_file=grown / "t.npy", val_file=grown / "t.npy",
                      tokenizer_dir=grown / "tok", out_dir=grown / "unused", gpus=1, gpu_share=0.5, compile=True)

@@ -119,10 +119,9 @@ def _interrupted(tmp_path: Path, data: dict, *, train=TRAIN, init_seed=3, shard=
     """A member job's run stopped after its checkpoint of step 10, exactly as the job would have made
     it (same settings, model, memory plan and inputs), as a killed job leaves it."""
     from growlm.devices import choose_device
-    from growlm.jobs.common import checkpoint_dir_for
-    from growlm.jobs.train import identify_inputs
+    from growlm.checkpoint import checkpoint_dir_for
     from growlm.model import build_model
-    from growlm.runner import job_plan
+    from growlm.runner import TrainingJob, identify_inputs, job_plan
     from growlm.memory.estimate import apply_plan
     from growlm.shape import ModelShape
     from growlm.tokenizer import vocab_size
@@ -135,7 +134,7 @@ def _interrupted(tmp_path: Path, data: dict, *, train=TRAIN, init_seed=3, shard=
     model = build_model(seed=init_seed, vocab_size=vocab_size(data["tokenizer_dir"]), **MODEL)
     ckpt = checkpoint_dir_for(out)
     plan, _ = job_plan(ModelShape.of(model), cfg, ckpt, log=lambda *_: None)
-    identify_inputs(cfg, shard=shard, **data)
+    cfg.inputs = identify_inputs(TrainingJob(cfg, out_dir=out, shard=shard, **data))
     train_tokens = load_tokens(data["train_file"])
     if shard is not None:
         train_tokens = take_shard(train_tokens, *shard)
@@ -392,8 +391,12 @@ def test_a_vocabulary_the_corpus_cannot_fill_is_a_warning_in_the_terminal(tiny_c
 
 
 def test_a_members_shard_shorter_than_a_window_names_the_setting(tmp_path):
-    from growlm.jobs.train import _members_part
+    from growlm.runner import TrainingJob, job_tokens
+    from growlm.train_config import TrainConfig
 
+    np.save(tmp_path / "train.npy", np.zeros(13 * 1000, dtype=np.uint16))  # shards of 13 tokens
+    job = TrainingJob(TrainConfig(tokens=1000, context=32), out_dir=tmp_path / "m", train_file=tmp_path / "train.npy",
+                      val_file=tmp_path / "train.npy", shard=[3, 1000])
     with pytest.raises(GrowlmError, match=r"members.shards = 1000: this member's shard holds 13 tokens"):
-        _members_part(np.zeros(13, dtype=np.uint16), [3, 1000], context=32, budget=1000)
+        job_tokens(job)
 

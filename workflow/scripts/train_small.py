@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 
 from growlm.errors import job_log
-from growlm.jobs.common import live_curves
+from growlm.jobs.train import live_curves
 from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -184,6 +184,17 @@ def fingerprint(identity: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
+def checkpoint_dir_for(model_dir: str | Path) -> Path:
+    """Checkpoints live beside `results/models/...` under `results/checkpoints/...`, never inside
+    a declared output (Snakemake deletes a failed job's outputs)."""
+    model_dir = Path(model_dir)
+    parts = list(model_dir.parts)
+    if "models" in parts:
+        parts[parts.index("models")] = "checkpoints"
+        return Path(*parts)
+    return model_dir.with_name(model_dir.name + ".ckpt")
+
+
 def remove_finished(ckpt_dir: str | Path) -> None:
     """A finished run's checkpoint folder, once its model is saved: nothing in it is needed again,
     and a checkpoint left behind could only be resumed by mistake."""

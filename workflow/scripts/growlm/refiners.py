@@ -19,7 +19,7 @@ under the same name (`refiner(name)` checks its options against the description,
 Its settings are `TrainConfig.refiners[name]`: its options (resolved by `growlm.experiment`, step
 counts a share of the shortest refinement unless configured) and the files the refine job gives it
 (`inputs`: teachers' model folders, the inherited-entry masks, the carried moments), which are part
-of the run's identity (`growlm.jobs.train.identify_inputs`).
+of the run's identity (`growlm.runner.identify_inputs`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,22 @@
-"""Running one training job: its memory plan, re-planning after an out-of-memory error, torchrun.
+"""Running one training job, in one process or several: one path, launched two ways.
 
-`run_training(model, cfg, ...)` is what every training job of the workflow calls in one process: it
-takes the job's memory plan (`job_plan`: the one a previous attempt left beside the checkpoints, if
-it was made for these very settings, else a new one from `growlm.memory.measure.make_plan`), then
-trains under it (`train_with_replanning`): on a CUDA out-of-memory error it steps one rung down the
-plan's ladder, writes the smaller plan and resumes from the last checkpoint.
+A `TrainingJob` says what to train (a new model, a grown one, or a model already in memory), on which
+data (the member's shard or cluster of books), with which settings, and where the model goes.
+`run_job(job, nproc)` is what every training job of the workflow calls:
 
-`run_torchrun(nproc, ...)` does the same with several processes: it writes the plan, the model (or
-the folder of a grown model and its mask ramps) and training settings as JSON and launches
-`python -m growlm.torchrun` under `torch.distributed.run`.
+1. it takes the job's memory plan (`job_plan`: the one a previous attempt left beside the
+   checkpoints, if it was made for these very settings, else a new one from
+   `growlm.memory.measure.make_plan`) and logs what it will train;
+2. it runs `execute(job)`: in this process, or - with several processes - in every process of
+   `python -m torch.distributed.run ... -m growlm.torchrun JOB.json`, which calls the same function.
+   `execute` builds or loads the model, takes the job's tokens, trains under the plan
+   (`train_with_replanning`: on a CUDA out-of-memory error it steps one rung down the plan's ladder,
+   writes the smaller plan and resumes from the last checkpoint - in one process at once, under
+   torchrun by exiting so that the retried job resumes) and saves the model (rank 0 writes);
+3. it copies the plan beside the model, removes the finished run's checkpoints and logs the result.
+
+So torchrun is how a job is launched, not a second copy of it: the model, the data, the ledger, the
+saved files and the log lines are the same either way.
 """
 
 from __future__ import annotations
@@ -17,20 +25,25 @@ import copy
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
-from growlm.distributed import wrap_model
-from growlm.errors import GrowlmError, stop_with_parent
+from growlm import checkpoint
+from growlm.console import log as job_log, warn
+from growlm.distributed import init_process_group, save_full_model, wrap_model
+from growlm.errors import GrowlmError, digest, stop_with_parent
+from growlm.growth import load_grown
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
+from growlm.model import build_model
 from growlm.shape import ModelShape
+from growlm.tokens import book_clusters, cluster as take_cluster, load_tokens, shard as take_shard, token_sources
 from growlm.train import train
 from growlm.train_config import TrainConfig
 
@@ -85,7 +98,7 @@ def _free(device: str) -> None:
 
 def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_tokens, val_tokens, cfg: TrainConfig,
                           plan: Plan, *, ckpt_dir, ledger_path, plan_path=None, log=print, step_callback=None,
-                          allow_offload: bool = True) -> dict:
+                          allow_offload: bool = True, world: int = 1, rank: int = 0) -> dict:
     """`growlm.train.train` under `plan`; on a CUDA out-of-memory error, step down to `next_smaller(plan)`,
     write it to `plan_path` (if given), log it and resume from the last checkpoint in `ckpt_dir` (or
     from the start if there is none yet). Raises GrowlmError when the smallest plan runs out of memory.
@@ -94,8 +107,9 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
     plan's strategy (`growlm.distributed.wrap_model`) on every attempt, so that a switch to FSDP2 with
     offload works. Returns train()'s summary with the final plan under "plan".
 
-    Within one process only: under torchrun, `growlm.torchrun` writes the smaller plan and exits
-    non-zero, so that the retried job (Snakemake `retries`) resumes with it."""
+    With several processes (`world` > 1) the others wait in collectives, so a process that runs out
+    of memory writes the smaller plan to `plan_path` and exits with status 1 instead: torchrun stops
+    the others, and the retried job (Snakemake `retries`) resumes with the smaller plan."""
     while True:
         model = wrap_model(build_model(), plan, device=cfg.device)
         try:
@@ -108,6 +122,15 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
         del model
         _free(cfg.device)  # the failed attempt's tensors went with its frames
         smaller = next_smaller(plan, allow_offload=allow_offload)
+        if world > 1:
+            if smaller is None:
+                raise GrowlmError(f"rank {rank}: CUDA out of memory with the smallest plan ({message})")
+            if plan_path is not None:
+                write_plan(smaller, plan_path)
+            print(f"growlm torchrun: rank {rank}: CUDA out of memory ({message}); wrote the next smaller plan to "
+                  f"{plan_path}: {smaller.describe()}. Rerun to resume from the last checkpoint.",
+                  file=sys.stderr, flush=True)
+            os._exit(1)  # the other ranks wait in collectives: torchrun stops them
         if smaller is None:
             raise GrowlmError(f"out of memory with the smallest setting the planner has ({plan.describe()}): "
                               f"{message}. Use more or larger devices, or a smaller model or context")
@@ -116,26 +139,6 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
         plan = smaller
         if plan_path is not None:
             write_plan(plan, plan_path)
-
-
-def run_training(model: torch.nn.Module, cfg: TrainConfig, *, train_tokens: np.ndarray, val_tokens: np.ndarray,
-                 ckpt_dir: str | Path, ledger_path: str | Path, memory_limit_gb: float | None = None,
-                 gpu_share: float = 1.0, log=print) -> tuple[dict, Path]:
-    """Train `model` in place under its job's memory plan (re-planned after an out-of-memory error);
-    returns train()'s summary and the path of the plan it finished with. `gpu_share`: the share of
-    the GPU's memory this job was given (`limit_gpu_memory`)."""
-    limit_gpu_memory(cfg.device, gpu_share)
-    plan, plan_path = job_plan(ModelShape.of(model), cfg, ckpt_dir, memory_limit_gb=memory_limit_gb,
-                               gpu_share=gpu_share, log=log)
-    initial = copy.deepcopy(model.state_dict())  # a re-planned attempt starts from these weights
-
-    def fresh_model():
-        model.load_state_dict(initial)
-        return model
-
-    summary = train_with_replanning(fresh_model, train_tokens, val_tokens, cfg, plan, ckpt_dir=ckpt_dir,
-                                    ledger_path=ledger_path, plan_path=plan_path, log=log)
-    return summary, plan_path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,43 +162,199 @@ def _package_env() -> dict:
     return env
 
 
-def run_torchrun(nproc: int, *, cfg: TrainConfig, train_file, val_file, ckpt_dir, out_dir,
-                 model_spec: dict | None = None, grown_dir=None, ramps: dict | None = None,
-                 shape: ModelShape | None = None, tokenizer_dir=None, memory_limit_gb: float | None = None,
-                 gpu_share: float = 1.0, log=print) -> tuple[dict, Path]:
-    """Train with `nproc` processes under torchrun (DDP or FSDP2, as the plan says); rank 0 saves the
-    model into `out_dir`. The model is one of: `model_spec`, keyword arguments of
-    `growlm.model.build_model` with `seed` (a model from scratch); `grown_dir`, a grown model as
-    `growlm.growth.save_grown` wrote it, with its mask-ramp lengths `ramps` (a refinement; `shape`,
-    the grown model's shape, for the plan). Each process builds or loads the same model. Returns the
-    summary and the path of the plan."""
-    if (model_spec is None) == (grown_dir is None):
-        raise GrowlmError("run_torchrun needs exactly one of model_spec (a new model) and grown_dir (a grown one)")
-    ckpt = Path(ckpt_dir)
-    ckpt.mkdir(parents=True, exist_ok=True)
-    if shape is None:
-        if model_spec is None:
-            raise GrowlmError("run_torchrun with grown_dir needs the grown model's shape for its memory plan")
-        shape = ModelShape.of({k: v for k, v in model_spec.items() if k != "seed"})
-    _, plan_path = job_plan(shape, cfg, ckpt, n_devices=nproc, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
-                            log=log)
-    (ckpt / "train.json").write_text(cfg.with_(device="cpu").to_json())  # each rank picks its device
-    if model_spec is not None:
-        (ckpt / "model.json").write_text(json.dumps(model_spec))
-        args = ["--model-config", ckpt / "model.json"]
+
+
+# ----------------------------------------------------------------------------------------------
+# the training job
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class TrainingJob:
+    """One training job, as `run_job` runs it (and as JSON, for the processes of a torchrun launch).
+
+    `start`: what is trained - `{"build": {...}}`, the keyword arguments of `growlm.model.build_model`
+    with its `seed` (a new model), or `{"grown": DIR, "ramps": {...}}`, a grown model as
+    `growlm.growth.save_grown` wrote it with its mask-ramp lengths (a refinement); `run_job` and
+    `execute` also take a model already in memory instead (one process). `shard`: the part of the
+    training tokens a member takes (`[index, count]`, or `{"index", "count"}` for a cluster of books).
+    `info`: what the job adds to the saved model's growlm.json (its role, seeds...). The files default
+    to the checkpoint folder beside the model (`growlm.checkpoint.checkpoint_dir_for`)."""
+
+    cfg: TrainConfig
+    out_dir: str
+    train_file: str
+    val_file: str
+    tokenizer_dir: str | None = None
+    start: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    shard: list | dict | None = None
+    memory_limit_gb: float | None = None
+    gpu_share: float = 1.0
+    ckpt_dir: str | None = None
+    plan_file: str | None = None  # default CKPT/plan.json, made by run_job
+    ledger_file: str | None = None  # default CKPT/ledger.csv (copied beside the saved model)
+    summary_file: str | None = None  # where rank 0 writes train()'s summary (a launch reads it there)
+
+    def __post_init__(self):
+        self.ckpt_dir = str(self.ckpt_dir or checkpoint.checkpoint_dir_for(self.out_dir))
+        self.plan_file = str(self.plan_file or Path(self.ckpt_dir) / PLAN_FILE)
+        self.ledger_file = str(self.ledger_file or Path(self.ckpt_dir) / "ledger.csv")
+        for name in ("out_dir", "train_file", "val_file", "tokenizer_dir", "summary_file"):
+            if getattr(self, name) is not None:
+                setattr(self, name, str(getattr(self, name)))
+
+    def to_json(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.dumps({**data, "cfg": self.cfg.to_dict()}, indent=2, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainingJob":
+        data = json.loads(text)
+        return cls(**{**data, "cfg": TrainConfig.from_dict(data["cfg"])})
+
+    def shape(self, model: torch.nn.Module | None = None) -> ModelShape:
+        if model is not None:
+            return ModelShape.of(model)
+        if "build" in self.start:
+            return ModelShape.of({k: v for k, v in self.start["build"].items() if k != "seed"})
+        return ModelShape.of(load_grown(self.start["grown"]))
+
+
+def identify_inputs(job: TrainingJob) -> dict:
+    """The sha256 of every file the run reads and the part of the data it takes (`TrainConfig.inputs`),
+    so that its checkpoints resume only a run with the same data (`growlm.checkpoint.run_identity`):
+    after the corpus, the tokenizer, the levels or `members.data` changed, a rerun starts over. The
+    refiners' files (`growlm.refiners`: teachers, masks, moments) count too."""
+    inputs = {"training tokens": digest(job.train_file), "validation tokens": digest(job.val_file),
+              "tokenizer": digest(Path(job.tokenizer_dir) / "tokenizer.json"),
+              "part of the training tokens": json.dumps(job.shard, sort_keys=True)}
+    refiners = job.cfg.refiners or {}
+    if "carry" in refiners:
+        inputs["carried moments"] = digest(refiners["carry"]["moments"])
+    for i, teacher in enumerate((refiners.get("teach") or {}).get("teachers", [])):
+        inputs[f"teacher {i + 1}"] = digest(Path(teacher) / "model.safetensors")
+    if "freeze" in refiners:
+        inputs["frozen entries"] = digest(refiners["freeze"]["masks"])
+    return inputs
+
+
+def job_tokens(job: TrainingJob, log=job_log):
+    """The job's training tokens: all of them, or the member's shard or cluster of books - checked
+    against one training window, named by the setting that made it (a warning in the terminal when
+    the budget reads it very often)."""
+    tokens, shard = load_tokens(job.train_file), job.shard
+    if shard is None:
+        return tokens
+    if isinstance(shard, dict):  # members.data: clusters - the member's cluster of books
+        tokens = take_cluster(tokens, token_sources(job.train_file), shard["index"], shard["count"])
+        log(f"cluster {shard['index'] + 1} of {shard['count']}: "
+            f"{', '.join(book_clusters(token_sources(job.train_file), shard['count'])[shard['index']])}")
     else:
-        (ckpt / "ramps.json").write_text(json.dumps(ramps or {}))
-        args = ["--grown-model", grown_dir, "--ramps", ckpt / "ramps.json"]
-    args += ["--train-file", train_file, "--val-file", val_file,
-             "--train-config", ckpt / "train.json", "--plan", plan_path, "--ckpt-dir", ckpt,
-             "--ledger", ckpt / "ledger.csv", "--out-dir", out_dir, "--summary", ckpt / "summary.json",
-             "--gpu-share", gpu_share]
-    if tokenizer_dir:
-        args += ["--tokenizer-dir", tokenizer_dir]
-    cmd = launch_command(nproc, args)
-    log(f"launching {nproc} processes: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, env=_package_env(), preexec_fn=stop_with_parent)  # stops with this job
-    if proc.returncode != 0:
-        raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes from "
-                          f"{ckpt} when rerun")
-    return json.loads((ckpt / "summary.json").read_text()), plan_path
+        tokens = take_shard(tokens, *shard)
+    what = "cluster of books" if isinstance(shard, dict) else "shard"
+    count = shard["count"] if isinstance(shard, dict) else shard[1]
+    context, budget = job.cfg.context, job.cfg.tokens
+    if tokens.size < context + 1:
+        raise GrowlmError(f"members.shards = {count}: this member's {what} holds {tokens.size} tokens, fewer "
+                          f"than one training window of {context + 1} (model.context + 1); use fewer shards")
+    if budget / tokens.size > 20 and log is job_log:
+        warn(f"members.shards = {count}: this member's {what} holds {tokens.size} tokens, so its budget of "
+             f"{budget} tokens reads it {budget / tokens.size:.0f} times")
+    return tokens
+
+
+def _starter(job: TrainingJob, model: torch.nn.Module | None) -> tuple[Callable[[], torch.nn.Module], list]:
+    """A function that returns the job's model with its initial weights (on every attempt of
+    `train_with_replanning`), and a list that holds the last one it returned (the trained model)."""
+    made: list = []
+    if model is not None:
+        initial = copy.deepcopy(model.state_dict())  # a re-planned attempt starts from these weights
+
+        def fresh():
+            model.load_state_dict(initial)
+            return model
+    elif "build" in job.start:
+        def fresh():
+            spec = dict(job.start["build"])
+            return build_model(seed=spec.pop("seed", 0), **spec)
+    else:
+        def fresh():
+            grown = load_grown(job.start["grown"])
+            if job.start.get("ramps") and hasattr(grown, "set_ramps"):
+                grown.set_ramps(**job.start["ramps"])
+            return grown
+
+    def remembered():
+        made[:] = [fresh()]
+        return made[0]
+
+    return remembered, made
+
+
+def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_log) -> dict:
+    """What every process of a training job does (see the module docstring): build or load the model,
+    train it under the job's plan on its tokens, save it (rank 0 writes; FSDP2's shards gathered).
+    Returns train()'s summary. Under torchrun every process calls it; in one process, `run_job` does."""
+    launched = "LOCAL_RANK" in os.environ  # a process of a torchrun launch
+    rank, world, device = init_process_group(job.cfg.device) if launched else (0, 1, job.cfg.device)
+    say = log if rank == 0 else (lambda *_: None)
+    limit_gpu_memory(device, job.gpu_share)
+    plan = read_plan(job.plan_file)
+    if plan.n_devices != world:
+        raise GrowlmError(f"the plan {job.plan_file} is for {plan.n_devices} devices, this job runs {world} processes")
+    if model is not None and world > 1:
+        raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
+    fresh, made = _starter(job, model)
+    summary = train_with_replanning(fresh, job_tokens(job, say), load_tokens(job.val_file),
+                                    job.cfg.with_(device=device), plan, ckpt_dir=job.ckpt_dir,
+                                    ledger_path=job.ledger_file, plan_path=job.plan_file, log=say, world=world,
+                                    rank=rank)
+    summary["world"] = world
+    trained = made[0]
+    if hasattr(trained, "to_plain"):  # a grown model with growth masks: a plain model by now
+        trained = trained.to_plain()
+    save_full_model(trained, job.out_dir, tokenizer_dir=job.tokenizer_dir,
+                    extra={**job.info, "processes": world, "train": summary})
+    if rank == 0:
+        shutil.copy(job.ledger_file, Path(job.out_dir) / "ledger.csv")
+        if job.summary_file:
+            Path(job.summary_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(job.summary_file).write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def run_job(job: TrainingJob, *, nproc: int = 1, model: torch.nn.Module | None = None, log=job_log) -> dict:
+    """Run a training job with `nproc` processes (torchrun with several; see the module docstring):
+    plan, train, save, then copy the plan beside the model and remove the finished run's checkpoints.
+    `model`: the starting model, if the caller has it in memory: trained in place in one process; with
+    several, only its shape is read (every process builds or loads `job.start`). Returns train()'s
+    summary."""
+    ckpt = Path(job.ckpt_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    job.cfg.inputs = identify_inputs(job)
+    shape = job.shape(model)
+    limit_gpu_memory(job.cfg.device, job.gpu_share)
+    _, plan_path = job_plan(shape, job.cfg, ckpt, n_devices=nproc, memory_limit_gb=job.memory_limit_gb,
+                            gpu_share=job.gpu_share, log=log)
+    job.plan_file = str(plan_path)
+    where = f"{nproc} processes" if nproc > 1 else job.cfg.device
+    log(f"training {job.info.get('role')} ({shape.n_params} parameters) for {job.cfg.steps} steps of "
+        f"{job.cfg.batch_size}x{job.cfg.context} tokens on {where}; checkpoints in {ckpt}")
+    if nproc == 1:
+        summary = execute(job, model=model, log=log)
+    else:
+        if not job.start:
+            raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
+        job.summary_file = str(ckpt / "summary.json")
+        (ckpt / "job.json").write_text(job.to_json())
+        cmd = launch_command(nproc, [ckpt / "job.json"])
+        log(f"launching {nproc} processes: {' '.join(cmd)}")
+        proc = subprocess.run(cmd, env=_package_env(), preexec_fn=stop_with_parent)  # stops with this job
+        if proc.returncode != 0:
+            raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes "
+                              f"from {ckpt} when rerun")
+        summary = json.loads(Path(job.summary_file).read_text())
+    shutil.copy(plan_path, Path(job.out_dir) / "plan.json")
+    checkpoint.remove_finished(ckpt)
+    log(f"saved {job.out_dir}; final val loss {summary.get('final_val_loss')}")
+    return summary

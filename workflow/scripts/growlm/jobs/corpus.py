@@ -8,7 +8,7 @@ from pathlib import Path
 
 from growlm import corpus, prepare, sources
 from growlm.errors import read_json
-from growlm.jobs.common import log
+from growlm.console import log
 
 
 def download_source(source: dict, out_file: str | Path) -> None:

@@ -12,7 +12,7 @@ import torch
 from growlm.compare import write_comparison
 from growlm.devices import choose_device
 from growlm.harness import run_task
-from growlm.jobs.common import log, warn
+from growlm.console import log, warn
 from growlm.loss import evaluate
 from growlm.model import LogitEnsemble, load_model
 from growlm.tasks import write_cloze_task

@@ -19,12 +19,12 @@ from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.growth import grow as grow_models, save_grown
 from growlm.growth.moments import grow_moments, inherited_masks
-from growlm.jobs.common import log
-from growlm.jobs.train import train_and_save
+from growlm.console import log
 from growlm.methods import OPERATORS, growth_names, members_used, method_chain, refine_names
 from growlm.model import build_model, load_model
 from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
 from growlm.profiling.ranges import phase
+from growlm.runner import TrainingJob, run_job
 from growlm.schedules.apollo import apollo_schedule
 from growlm.schedules.vcycle import coalesce, interpolate, vcycle_plan
 from growlm.shape import ModelShape
@@ -155,11 +155,11 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
             current = level
         cfg = base.with_(tokens=stage["steps"] * base.batch_size * base.context, lr=stage["lr"],
                          warmup_steps=stage["warmup_steps"], seed=base.seed + 7919 * i)
-        summary = train_and_save(model_now, cfg, train_file=train_file, val_file=val_file,
-                                 out_dir=out_dir / f"stage{i}_level{level}_{stage['direction']}",
-                                 tokenizer_dir=tokenizer_dir,
-                                 memory_limit_gb=memory_limit_gb,
-                                 info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
+        job = TrainingJob(cfg, out_dir=out_dir / f"stage{i}_level{level}_{stage['direction']}",
+                          train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                          memory_limit_gb=memory_limit_gb,
+                          info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
+        summary = run_job(job, model=model_now)  # trains model_now in place
         flops += summary["flops"]
         wall += summary["wall_s"]
         stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],

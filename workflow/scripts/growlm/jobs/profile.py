@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from growlm.jobs.common import log
+from growlm.console import log
 from growlm.profiling.driver import profile_run
 from growlm.tokenizer import vocab_size
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from growlm.jobs.common import log, warn
+from growlm.console import log, warn
 from growlm.pretrained import tokenizer_digest
 from growlm.tokenizer import eos_of, fit_tokenizer as fit, load_tokenizer
 from growlm.errors import GrowlmError, read_json

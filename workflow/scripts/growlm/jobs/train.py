@@ -1,34 +1,33 @@
 """Jobs of the training stage: a member m_i, the baseline M_0, the refinement of M'_1 into M_1.
 
-Each trains with `growlm.runner` (the job's memory plan, re-planned after an out-of-memory error;
-torchrun when the rule asks for several GPUs and they are there), then saves the model as a
-`save_pretrained` folder with the shared tokenizer, its ledger, its plan and `growlm.json` (the role,
-the seeds and train()'s summary, which the comparison reads for the cost).
+Each describes its `growlm.runner.TrainingJob` and runs it with `run_job` (the job's memory plan,
+re-planned after an out-of-memory error; torchrun when the rule asks for several GPUs and they are
+there), which saves the model as a `save_pretrained` folder with the shared tokenizer, its ledger,
+its plan and `growlm.json` (the role, the seeds and train()'s summary, which the comparison reads for
+the cost).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from growlm import checkpoint, hints
+from growlm import hints, live
+from growlm.compare import growth_cost
+from growlm.console import log
 from growlm.devices import choose_device
-from growlm.errors import GrowlmError, digest, read_json
+from growlm.errors import GrowlmError, read_json
 from growlm.families import family_of
 from growlm.growth import load_grown
-from growlm.jobs.common import checkpoint_dir_for, log, warn
-from growlm.model import build_model, load_model, save_model
+from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.pretrained import member_cost_flops, spec_of
-from growlm.runner import run_torchrun, run_training
+from growlm.runner import TrainingJob, run_job
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
-from growlm.tokens import book_clusters, cluster as take_cluster, load_tokens, shard as take_shard, token_sources
 from growlm.train_config import TrainConfig
 
 
@@ -43,92 +42,15 @@ def processes_for(gpus: int) -> int:
     return gpus if gpus > 1 and have >= gpus else 1
 
 
-def _save(model, summary: dict, plan_path: Path, *, out_dir: Path, ckpt: Path, tokenizer_dir, info: dict) -> None:
-    if hasattr(model, "to_plain"):  # a grown model with growth masks: a plain model by now
-        model = model.to_plain()
-    save_model(model, out_dir, tokenizer_dir=tokenizer_dir, extra={**info, "train": summary})
-    shutil.copy(ckpt / "ledger.csv", out_dir / "ledger.csv")
-    shutil.copy(plan_path, out_dir / "plan.json")
-    checkpoint.remove_finished(ckpt)
-    log(f"saved {out_dir}; final val loss {summary['final_val_loss']}")
-
-
-def identify_inputs(cfg: TrainConfig, *, train_file, val_file, tokenizer_dir, shard=None) -> None:
-    """Set `cfg.inputs`: the sha256 of every file the run reads and the part of the data it takes,
-    so that its checkpoints resume only a run with the same data (`growlm.checkpoint.run_identity`):
-    after the corpus, the tokenizer, the levels or `members.data` changed, a rerun starts over."""
-    inputs = {"training tokens": digest(train_file), "validation tokens": digest(val_file),
-              "tokenizer": digest(Path(tokenizer_dir) / "tokenizer.json"),
-              "part of the training tokens": json.dumps(shard, sort_keys=True)}
-    refiners = cfg.refiners or {}
-    if "carry" in refiners:
-        inputs["carried moments"] = digest(refiners["carry"]["moments"])
-    for i, teacher in enumerate((refiners.get("teach") or {}).get("teachers", [])):
-        inputs[f"teacher {i + 1}"] = digest(Path(teacher) / "model.safetensors")
-    if "freeze" in refiners:
-        inputs["frozen entries"] = digest(refiners["freeze"]["masks"])
-    cfg.inputs = inputs
-
-
-def _members_part(train_tokens, shard, context: int, budget: int):
-    """The member's part of the members' text: checked against one training window, named by the
-    setting that made it (a warning in the terminal when the budget reads it very often)."""
-    what = ("cluster of books" if isinstance(shard, dict) else "shard") if shard is not None else None
-    if what is None:
-        return
-    count = shard["count"] if isinstance(shard, dict) else shard[1]
-    if train_tokens.size < context + 1:
-        raise GrowlmError(f"members.shards = {count}: this member's {what} holds {train_tokens.size} tokens, fewer "
-                          f"than one training window of {context + 1} (model.context + 1); use fewer shards")
-    epochs = budget / train_tokens.size
-    if epochs > 20:
-        warn(f"members.shards = {count}: this member's {what} holds {train_tokens.size} tokens, so its budget of "
-             f"{budget} tokens reads it {epochs:.0f} times")
-
-
-def train_and_save(model, cfg: TrainConfig, *, train_file, val_file, out_dir, tokenizer_dir, info: dict,
-                   shard: list[int] | dict | None = None, memory_limit_gb: float | None = None,
-                   gpu_share: float = 1.0) -> dict:
-    """Train `model` in this process under its memory plan, then save it with its ledger and plan."""
-    train_tokens = load_tokens(train_file)
-    if isinstance(shard, dict):  # members.data: clusters - the member's cluster of books
-        train_tokens = take_cluster(train_tokens, token_sources(train_file), shard["index"], shard["count"])
-        log(f"cluster {shard['index'] + 1} of {shard['count']}: "
-            f"{', '.join(book_clusters(token_sources(train_file), shard['count'])[shard['index']])}")
-    elif shard is not None:
-        train_tokens = take_shard(train_tokens, *shard)
-    _members_part(train_tokens, shard, cfg.context, cfg.tokens)
-    identify_inputs(cfg, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir, shard=shard)
-    out_dir = Path(out_dir)
-    ckpt = checkpoint_dir_for(out_dir)
-    log(f"training {info.get('role')} ({sum(p.numel() for p in model.parameters())} parameters) for "
-        f"{cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens on {cfg.device}; checkpoints in {ckpt}")
-    summary, plan_path = run_training(model, cfg, train_tokens=train_tokens, val_tokens=load_tokens(val_file),
-                                      ckpt_dir=ckpt, ledger_path=ckpt / "ledger.csv",
-                                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, log=log)
-    _save(model, summary, plan_path, out_dir=out_dir, ckpt=ckpt, tokenizer_dir=tokenizer_dir, info=info)
-    return summary
-
-
-def train_under_torchrun(nproc: int, *, cfg: TrainConfig, out_dir, info: dict, **launch) -> dict:
-    """Train with `nproc` processes (`growlm.runner.run_torchrun`, which takes `launch`: the model
-    to build or the grown model to load, the data, the memory settings); rank 0 saves the model,
-    then this job adds its own record to the model's growlm.json and copies the plan beside it, as
-    a one-process job does."""
-    out_dir = Path(out_dir)
-    identify_inputs(cfg, train_file=launch["train_file"], val_file=launch["val_file"],
-                    tokenizer_dir=launch["tokenizer_dir"])
-    log(f"training {info.get('role')} for {cfg.steps} steps of {cfg.batch_size}x{cfg.context} tokens in {nproc} "
-        f"processes; checkpoints in {checkpoint_dir_for(out_dir)}")
-    summary, plan_path = run_torchrun(nproc, cfg=cfg, ckpt_dir=checkpoint_dir_for(out_dir), out_dir=out_dir, log=log,
-                                      **launch)
-    meta_path = out_dir / "growlm.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    meta_path.write_text(json.dumps({**meta, **info, "processes": nproc, "train": summary}, indent=2, default=str))
-    shutil.copy(plan_path, out_dir / "plan.json")
-    checkpoint.remove_finished(checkpoint_dir_for(out_dir))
-    log(f"saved {out_dir}; final val loss {summary.get('final_val_loss')}")
-    return summary
+def live_curves(settings: dict | None, *, grown_dir=None):
+    """The training job's live curves (`train.log_to`, `growlm.live`), as its rule's `live` params give
+    them; a refinement's start at the cost of its grown model's members and growth (`growth.json` in
+    `grown_dir`), where the report's curves of M_1 start."""
+    offset = 0.0
+    if settings and settings.get("to") and grown_dir is not None:
+        cost = growth_cost(read_json(Path(grown_dir) / "growth.json"))
+        offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
+    return live.session(settings, offset_flops=offset)
 
 
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
@@ -145,20 +67,14 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if keep_moments:
         cfg.save_moments = str(Path(out_dir) / MEMBER_MOMENTS_FILE)
-    info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed}
-    if init_from is not None:  # a branch of the members' shared trunk (members.trunk)
-        return train_and_save(branch_of(init_from, spec), cfg, train_file=train_file, val_file=val_file,
-                              out_dir=out_dir, tokenizer_dir=tokenizer_dir, shard=shard,
-                              memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
-                              info={**info, "shard": shard, "init_from": str(init_from)})
-    nproc = processes_for(gpus)
-    if nproc > 1 and shard is None:
-        return train_under_torchrun(nproc, cfg=cfg, out_dir=out_dir, info=info, model_spec={**spec, "seed": init_seed},
-                                    train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
-                                    memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
-    return train_and_save(build_model(seed=init_seed, **spec), cfg, train_file=train_file, val_file=val_file,
-                          out_dir=out_dir, tokenizer_dir=tokenizer_dir, shard=shard, memory_limit_gb=memory_limit_gb,
-                          gpu_share=gpu_share, info={**info, "shard": shard})
+    info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed, "shard": shard}
+    job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                      start={"build": {**spec, "seed": init_seed}}, info=info, shard=shard,
+                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
+    if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
+        job.info["init_from"] = str(init_from)
+        return run_job(job, model=branch_of(init_from, spec))
+    return run_job(job, nproc=processes_for(gpus))
 
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
@@ -251,7 +167,7 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
     this refinement. `gpus`, `gpu_share`, `compile`, `sync_every`: how it runs, as for `train_model`; with several
     GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
-    model = load_grown(grown_dir)
+    model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = read_json(Path(grown_dir) / "growth.json")
     cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if ramps and hasattr(model, "set_ramps"):
@@ -264,12 +180,7 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     cfg.refiners = refiner_settings(refine_with, growth, grown_dir, cfg.steps) or None
     info = {"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed,
             "refiners": cfg.refiners or {}}
-    nproc = processes_for(gpus)
-    if nproc > 1:
-        return train_under_torchrun(nproc, cfg=cfg, out_dir=out_dir, info=info, grown_dir=grown_dir,
-                                    ramps=ramps if hasattr(model, "set_ramps") else None, shape=ModelShape.of(model),
-                                    train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
-                                    memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
-    return train_and_save(model, cfg, train_file=train_file, val_file=val_file, out_dir=out_dir,
-                          tokenizer_dir=tokenizer_dir, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share,
-                          info=info)
+    job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                      start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
+                      info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
+    return run_job(job, nproc=processes_for(gpus), model=model)
