@@ -29,7 +29,7 @@ from growlm.growth.members import linear_assignment, permute
 from growlm.growth.moments import inherited_masks
 from growlm.jobs.plugins import check_operator
 from growlm.loss import distill_loss
-from growlm.methods import OPERATORS, plan_chain
+from growlm.methods import OPERATORS, growth_names, plan_chain
 from growlm.model import build_model, save_model
 from growlm.plugins import declare, describe
 from growlm.shape import ModelShape
@@ -46,13 +46,15 @@ def operators_as_they_were():
     it: other tests in this process (e.g. the rerun table's Snakefile parses) read their own copies of
     the same plugin files, which declare the same operator names from other paths."""
     from growlm.growth.registry import IMPLEMENTATIONS
+    from growlm.refiners import REFINERS
 
-    saved = dict(OPERATORS), dict(IMPLEMENTATIONS)
+    saved = dict(OPERATORS), dict(IMPLEMENTATIONS), dict(REFINERS)
     for name in [n for n, spec in OPERATORS.items() if spec.source != "growlm"]:
         OPERATORS.pop(name)
         IMPLEMENTATIONS.pop(name, None)
+        REFINERS.pop(name, None)
     yield
-    for table, before in zip((OPERATORS, IMPLEMENTATIONS), saved):
+    for table, before in zip((OPERATORS, IMPLEMENTATIONS, REFINERS), saved):
         table.clear()
         table.update(before)
 
@@ -277,6 +279,54 @@ def test_the_readme_tutorial_is_the_example_file():
     assert len(code) >= 10 and all(ln in example for ln in code), [ln for ln in code if ln not in example]
 
 
+SMOOTH = REPO / "examples" / "smooth_labels.py"
+
+
+def test_refinement_operators_are_described_once_and_implemented_as_described():
+    """Every refinement operator of growlm.methods has a registered Refiner whose options (its
+    __init__'s keyword-only parameters but its inputs) are the description's; a class that differs is
+    refused when it registers."""
+    from growlm.refiners import REFINERS, Refiner, options_of, refiner
+
+    described = {n for n, spec in OPERATORS.items() if spec.axis == "refine"}
+    assert described == set(REFINERS) == {"teach", "freeze", "carry"}
+    for name in described:
+        assert options_of(REFINERS[name]) == OPERATORS[name].options, name
+        assert set(OPERATORS[name].ramps) <= set(OPERATORS[name].options)
+
+    class Wrong(Refiner):
+        def __init__(self, *, teach_steps: int = 100):
+            pass
+
+    with pytest.raises(GrowlmError, match="differ from its description"):
+        refiner("teach")(Wrong)
+
+
+def test_a_plugin_refiner_is_read_without_running_it_registered_and_trains(tmp_path):
+    """examples/smooth_labels.py: described from its source (options, ramps, summary), registered when
+    imported, and in a training run it changes the loss of its steps only, at no FLOPs."""
+    from growlm.refiners import REFINERS
+
+    spec = describe(SMOOTH)[0]
+    assert (spec.name, spec.axis, spec.ramps, spec.options) == (
+        "smooth_labels", "refine", ("smooth_steps",), {"smooth_steps": 100, "smoothing": 0.1})
+    assert spec.summary.startswith("Cross entropy with smoothed targets")
+    assert declare([SMOOTH]) == ["smooth_labels"] and load_plugins([SMOOTH]) == ["smooth_labels"]
+    assert REFINERS["smooth_labels"].__name__ == "SmoothLabels" and OPERATORS["smooth_labels"].source == str(SMOOTH)
+    assert growth_names(["msg", "smooth_labels"]) == ["msg"]
+    tokens = learnable_tokens(V, 4000)
+    runs = {}
+    for name, kw in {"plain": {}, "smooth": {"refiners": {"smooth_labels": {"smooth_steps": 2, "smoothing": 0.3}}}
+                     }.items():
+        model = grow(members(1, dtype=torch.float32), "msg", n_embd=32, n_layer=4, ramp_steps=2)
+        summary = train(model, tokens, tokens, _cfg(tmp_path, dense_log_steps=8, **kw), ckpt_dir=tmp_path / f"c{name}",
+                        ledger_path=tmp_path / f"{name}.csv", log=lambda *_: None)
+        runs[name] = ([r["train_loss"] for r in csv.DictReader(open(tmp_path / f"{name}.csv")) if r["train_loss"]],
+                      summary["flops"])
+    (plain, plain_flops), (smooth, smooth_flops) = runs["plain"], runs["smooth"]
+    assert smooth[0] != plain[0] and smooth_flops == plain_flops
+
+
 @pytest.mark.parametrize("body,problem", [
     ("def f(:\n    pass\n", r"broken\.py, line 1: syntax error"),
     ("def f(models, *, n_embd, n_layer, n_head=None, seed=0):\n    return models[0]\n", "defines no growth operator"),
@@ -323,8 +373,8 @@ def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_
     folder stops the run before any job, naming the file."""
     wd = copy_workflow(tmp_path / "wf")  # with examples/
     overlay = tmp_path / "plugin.yaml"
-    overlay.write_text("methods: [[msg, teach], average_then_grow]\n"
-                       "grow: {plugins: [examples/average_then_grow.py]}\n"
+    overlay.write_text("methods: [[msg, teach], average_then_grow, [msg, smooth_labels]]\n"
+                       "grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}\n"
                        "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
     (wd / "examples" / "broken.py").write_text(
         "from growlm.growth import register_operator\n"
@@ -340,13 +390,17 @@ def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_
 
     run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
     rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/tiny/eval/comparison.csv"))}
-    assert set(rows) == {"msg+teach", "average_then_grow"}
+    assert set(rows) == {"msg+teach", "average_then_grow", "msg+smooth_labels"}
     assert int(rows["average_then_grow"]["members_used"]) == 2 and int(rows["msg+teach"]["members_used"]) == 2
     assert float(rows["average_then_grow"]["small_flops"]) == float(rows["msg+teach"]["small_flops"]) > 0
     growth = json.loads(next((wd / "results/tiny/models/grown/average_then_grow").rglob("growth.json")).read_text())
     assert growth["chain"] == ["average_then_grow"]
     refined = json.loads(next((wd / "results/tiny/models/refined/msg+teach").rglob("growlm.json")).read_text())
     assert refined["train"]["teacher_flops"] > 0
+    # the plugin refiner: loaded by the refine job from the plugin file its grow job recorded
+    smoothed = json.loads(next((wd / "results/tiny/models/refined/msg+smooth_labels").rglob("growlm.json")).read_text())
+    assert smoothed["refiners"]["smooth_labels"]["smoothing"] == 0.1 and smoothed["refiners"]["smooth_labels"][
+        "smooth_steps"] > 0
 
 
 @pytest.mark.slow

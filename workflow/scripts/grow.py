@@ -20,5 +20,5 @@ with job_log(sm.log[0], sm.rule):
     else:
         load_plugins(p.get("plugins"))  # your own operators (grow.plugins), registered by their decorators
         grow(member_dirs=p["members"], method=wc.method, n_embd=int(wc.d1), n_layer=int(wc.L1), seed=int(wc.seed),
-             options=p["options"],
+             options=p["options"], plugins=p.get("plugins"),
              data_file=sm.input.data, learned_batches=p.get("learned_batches"), out_dir=out_dir)

@@ -211,9 +211,9 @@ def register_spec(spec: OperatorSpec) -> OperatorSpec:
         raise GrowlmError(f"growth operator {spec.name!r} is described twice "
                           f"({OPERATORS[spec.name].source if spec.name in OPERATORS else 'a schedule'} "
                           f"and {spec.source})")
-    if spec.axis not in ("width", "depth", "both"):
-        raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both, "
-                          f"not {spec.axis!r}")
+    if spec.axis not in ("width", "depth", "both", REFINE):
+        raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both (or "
+                          f"{REFINE} for a refinement operator), not {spec.axis!r}")
     if spec.ramps and not set(spec.ramps) <= set(spec.options):
         raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): ramps {list(spec.ramps)} must name "
                           f"keyword options of the function (it has {', '.join(spec.options) or 'none'})")

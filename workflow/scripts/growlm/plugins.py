@@ -8,6 +8,13 @@ A plugin is a Python file that defines operators with the public decorator::
     def my_method(models, *, n_embd, n_layer, n_head=None, seed=0, alpha: float = 0.5):
         ...
 
+or refinement operators, with the same decorator on a `growlm.refiners.Refiner` subclass::
+
+    @register_operator("my_refiner", axis="refine", ramps=("my_steps",))
+    class MyRefiner(Refiner):
+        def __init__(self, *, my_steps: int = 100, strength: float = 0.1):
+            ...
+
 Two readings of the same file:
 
 * `describe(path)` reads it *without running it* (with `ast`), so that the Snakefile can check every
@@ -63,7 +70,7 @@ def describe(path: str | Path) -> list[OperatorSpec]:
         raise GrowlmError(f"grow.plugins: {path}, line {err.lineno}: syntax error: {err.msg}") from None
     specs = []
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for dec in fn.decorator_list:
             if not _is_decorator(dec):
@@ -72,6 +79,9 @@ def describe(path: str | Path) -> list[OperatorSpec]:
                 raise GrowlmError(f"grow.plugins: {path}, line {dec.lineno}: @{DECORATOR} needs the operator's "
                                   f"name as its first argument, a string")
             kw = {k.arg: k.value for k in dec.keywords}
+            if isinstance(fn, ast.ClassDef) or ("axis" in kw and _literal(kw["axis"], path, "axis=") == "refine"):
+                specs.append(_describe_refiner(fn, dec, kw, path))
+                continue
             missing = [k for k in ("axis", "exact") if k not in kw]
             if missing:
                 raise GrowlmError(f"grow.plugins: {path}, line {dec.lineno}: @{DECORATOR}({dec.args[0].value!r}) "
@@ -94,6 +104,35 @@ def describe(path: str | Path) -> list[OperatorSpec]:
         raise GrowlmError(f"grow.plugins: {path} defines no growth operator: decorate a function with "
                           f"@{DECORATOR}(name, axis=..., exact=...) from growlm.growth")
     return specs
+
+
+def _describe_refiner(cls: ast.AST, dec: ast.Call, kw: dict, path: Path) -> OperatorSpec:
+    """A refinement operator's description: a class (a growlm.refiners.Refiner) whose __init__'s
+    keyword-only parameters, but those its `inputs = (...)` names, are its options."""
+    name = dec.args[0].value
+    if not isinstance(cls, ast.ClassDef) or _literal(kw.get("axis", ast.Constant("refine")), path, "axis=") != "refine":
+        raise GrowlmError(f"grow.plugins: {path}, line {dec.lineno}: @{DECORATOR}({name!r}) on a class describes a "
+                          f"refinement operator: give it axis=\"refine\" and a subclass of growlm.refiners.Refiner "
+                          f"(a growth operator is a function)")
+    spec = {k: _literal(v, path, f"{k}=") for k, v in kw.items() if k in _SPEC_KEYS}
+    inputs: tuple = ()
+    options = {}
+    for node in cls.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "inputs" for t in node.targets):
+            inputs = tuple(_literal(node.value, path, "inputs"))
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            a = node.args
+            defaults = [None] * (len(a.kwonlyargs) - len(a.kw_defaults)) + list(a.kw_defaults)
+            for arg, default in zip(a.kwonlyargs, defaults):
+                if arg.arg not in inputs:
+                    options[arg.arg] = None if default is None else _literal(default, path,
+                                                                             f"the default of {arg.arg}")
+    doc = (ast.get_docstring(cls) or "").strip().splitlines()
+    return OperatorSpec(name, "refine", exact=True, multi=bool(spec.get("multi", False)),
+                        ramps=tuple(spec.get("ramps", ())), options=options,
+                        families=tuple(spec.get("families", FAMILIES)), summary=doc[0] if doc else "",
+                        source=str(path.resolve()))
 
 
 def declare(paths) -> list[str]:

@@ -19,23 +19,27 @@ under the same name (`refiner(name)` checks its options against the description,
 Its settings are `TrainConfig.refiners[name]`: its options (resolved by `growlm.experiment`, step
 counts a share of the shortest refinement unless configured) and the files the refine job gives it
 (`inputs`: teachers' model folders, the inherited-entry masks, the carried moments), which are part
-of the run's identity (`growlm.runner.identify_inputs`).
+of the run's identity (`identify`, gathered by `growlm.runner.identify_inputs`).
 """
 
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Callable
 
 import torch
 from safetensors.torch import load_file
 
-from growlm.errors import GrowlmError
+from growlm import hints
+from growlm.console import log
+from growlm.errors import GrowlmError, digest
 from growlm.flops import model_forward_flops_per_token
 from growlm.loss import distill_loss
-from growlm.methods import OPERATORS
+from growlm.methods import OPERATORS, OperatorSpec, register_spec
 from growlm.model import load_model
 from growlm.optim_state import apply_moments
+from growlm.shape import FAMILIES
 
 REFINERS: dict[str, type] = {}
 
@@ -45,6 +49,30 @@ class Refiner:
 
     name = ""
     inputs: tuple[str, ...] = ()  # settings that are files the job gives it, not options
+
+    @classmethod
+    def settings(cls, options: dict, *, growth: dict, grown_dir: Path, steps: int) -> dict:
+        """The keyword arguments of the refiner for one refinement of `steps` steps: its `options`,
+        its step counts (the description's `ramps`) held within the refinement, and - for a refiner
+        with `inputs` - the files the grow job left for it, found in `growth` (growth.json) and
+        `grown_dir`."""
+        kw = dict(options)
+        for key in OPERATORS[cls.name].ramps:
+            kw[key] = min(int(kw[key]), steps)
+        return kw
+
+    @classmethod
+    def identify(cls, settings: dict) -> dict[str, str]:
+        """{what: sha256} of the files among `settings` (its `inputs`: a file, a model folder, or a list
+        of them), part of the run's identity: a checkpoint made with other files is never resumed."""
+        out = {}
+        for key in cls.inputs:
+            value = settings.get(key)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for i, v in enumerate(x for x in values if x):
+                path = Path(v) / "model.safetensors" if Path(v).is_dir() else Path(v)
+                out[f"{cls.name} {key}" + (f" {i + 1}" if isinstance(value, (list, tuple)) else "")] = digest(path)
+        return out
 
     def setup(self, run) -> None:
         pass
@@ -98,6 +126,24 @@ def refiner(name: str) -> Callable[[type], type]:
     return wrap
 
 
+def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[str, ...] = (),
+                     families: tuple[str, ...] | None = None, source: str = "") -> type:
+    """Describe and implement a refinement operator at once (`growlm.growth.register_operator(name,
+    axis="refine")` on a Refiner subclass, in a plugin file): its options are the keyword-only
+    parameters of its __init__ but its `inputs`; its summary the first line of its docstring.
+    `ramps`: options that are step counts (held within the refinement; a share of it by default in
+    the workflow); `multi`: it uses all n members."""
+    if not (inspect.isclass(cls) and issubclass(cls, Refiner)):
+        raise GrowlmError(f"refinement operator {name!r}: register a subclass of growlm.refiners.Refiner, not "
+                          f"{getattr(cls, '__name__', cls)!r}")
+    doc = (cls.__doc__ or "").strip().splitlines()
+    register_spec(OperatorSpec(name, "refine", exact=True, multi=multi, ramps=tuple(ramps), options=options_of(cls),
+                               summary=doc[0] if doc else "", source=source,
+                               families=tuple(families or FAMILIES)))
+    REFINERS.pop(name, None)  # a plugin file imported again registers its class again
+    return refiner(name)(cls)
+
+
 def build(settings: dict | None) -> list[Refiner]:
     """The refiners of a run from `TrainConfig.refiners` ({name: settings}), in a fixed order."""
     out = []
@@ -124,6 +170,20 @@ class Teach(Refiner):
         self.weight0, self.temperature, self.steps = float(teach_weight), float(temperature), int(teach_steps)
         self.dirs = list(teachers)
         self.models, self.per_token = [], 0
+
+    @classmethod
+    def settings(cls, options, *, growth, grown_dir, steps):
+        kw = super().settings(options, growth=growth, grown_dir=grown_dir, steps=steps)
+        teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
+        if not teachers:
+            raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
+        log(f"teach: {len(teachers)} member(s) teach for {kw['teach_steps']} steps (weight {kw['teach_weight']} "
+            f"-> 0, temperature {kw['temperature']})")
+        return {**kw, "teachers": teachers}
+
+    @classmethod
+    def identify(cls, settings):
+        return {f"teacher {i + 1}": digest(Path(t) / "model.safetensors") for i, t in enumerate(settings["teachers"])}
 
     def setup(self, run) -> None:
         self.models = [load_model(d).to(run.device).eval() for d in self.dirs]
@@ -160,6 +220,20 @@ class Freeze(Refiner):
         if not masks:
             raise GrowlmError(f"freezing for {freeze_steps} steps needs the inherited-entry masks")
         self.steps, self.masks, self.items = int(freeze_steps), masks, []
+
+    @classmethod
+    def settings(cls, options, *, growth, grown_dir, steps):
+        kw = super().settings(options, growth=growth, grown_dir=grown_dir, steps=steps)
+        masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
+        if not masks.is_file():
+            raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
+                              f"rebuild it and continue with `{hints.rebuild(masks)}`")
+        log(f"freeze: inherited weights held for {kw['freeze_steps']} steps")
+        return {**kw, "masks": str(masks)}
+
+    @classmethod
+    def identify(cls, settings):
+        return {"frozen entries": digest(settings["masks"])}
 
     def setup(self, run) -> None:
         if run.cfg.strategy.startswith("fsdp"):
@@ -205,6 +279,17 @@ class Carry(Refiner):
         if not moments:
             raise GrowlmError("carry needs the grown moments (the grow job writes them when carry is in the chain)")
         self.moments = moments
+
+    @classmethod
+    def settings(cls, options, *, growth, grown_dir, steps):
+        if not growth.get("moments"):
+            raise GrowlmError(f"carry: {grown_dir}/growth.json names no grown moments; rebuild it and continue "
+                              f"with `{hints.rebuild(Path(grown_dir) / 'growth.json')}`")
+        return {**options, "moments": str(Path(grown_dir) / growth["moments"])}
+
+    @classmethod
+    def identify(cls, settings):
+        return {"carried moments": digest(settings["moments"])}
 
     def start(self, run) -> None:
         n = apply_moments(run.model, run.optimizer, self.moments)

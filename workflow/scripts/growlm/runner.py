@@ -38,10 +38,11 @@ from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, save_full_model, wrap_model
 from growlm.errors import GrowlmError, digest, stop_with_parent
-from growlm.growth import load_grown
+from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
 from growlm.model import build_model
+from growlm.refiners import REFINERS
 from growlm.shape import ModelShape
 from growlm.tokens import book_clusters, cluster as take_cluster, load_tokens, shard as take_shard, token_sources
 from growlm.train import train
@@ -194,6 +195,7 @@ class TrainingJob:
     plan_file: str | None = None  # default CKPT/plan.json, made by run_job
     ledger_file: str | None = None  # default CKPT/ledger.csv (copied beside the saved model)
     summary_file: str | None = None  # where rank 0 writes train()'s summary (a launch reads it there)
+    plugins: list = field(default_factory=list)  # grow.plugins files whose refiners the run uses
 
     def __post_init__(self):
         self.ckpt_dir = str(self.ckpt_dir or checkpoint.checkpoint_dir_for(self.out_dir))
@@ -228,13 +230,8 @@ def identify_inputs(job: TrainingJob) -> dict:
     inputs = {"training tokens": digest(job.train_file), "validation tokens": digest(job.val_file),
               "tokenizer": digest(Path(job.tokenizer_dir) / "tokenizer.json"),
               "part of the training tokens": json.dumps(job.shard, sort_keys=True)}
-    refiners = job.cfg.refiners or {}
-    if "carry" in refiners:
-        inputs["carried moments"] = digest(refiners["carry"]["moments"])
-    for i, teacher in enumerate((refiners.get("teach") or {}).get("teachers", [])):
-        inputs[f"teacher {i + 1}"] = digest(Path(teacher) / "model.safetensors")
-    if "freeze" in refiners:
-        inputs["frozen entries"] = digest(refiners["freeze"]["masks"])
+    for name, settings in sorted((job.cfg.refiners or {}).items()):
+        inputs.update(REFINERS[name].identify(settings))
     return inputs
 
 
@@ -296,6 +293,7 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     train it under the job's plan on its tokens, save it (rank 0 writes; FSDP2's shards gathered).
     Returns train()'s summary. Under torchrun every process calls it; in one process, `run_job` does."""
     launched = "LOCAL_RANK" in os.environ  # a process of a torchrun launch
+    load_plugins(job.plugins)  # a plugin's refiners, in every process
     rank, world, device = init_process_group(job.cfg.device) if launched else (0, 1, job.cfg.device)
     say = log if rank == 0 else (lambda *_: None)
     limit_gpu_memory(device, job.gpu_share)

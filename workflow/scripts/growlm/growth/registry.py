@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Callable
 
 from growlm.errors import GrowlmError
-from growlm.methods import OPERATORS, OperatorSpec, register_spec
+from growlm.methods import OPERATORS, REFINE, OperatorSpec, register_spec
 from growlm.plugins import describe
+from growlm.refiners import REFINERS, register_refiner
 from growlm.shape import FAMILIES
 
 IMPLEMENTATIONS: dict[str, Callable] = {}
@@ -62,7 +63,7 @@ def implements(name: str) -> Callable:
     return wrap
 
 
-def register_operator(name: str, *, axis: str, exact: bool, multi: bool = False, learned: bool = False,
+def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool = False, learned: bool = False,
                       ramps: tuple[str, ...] = (), check: Callable | None = None,
                       natural: Callable | None = None, absorbs: tuple[str, ...] = (),
                       families: tuple[str, ...] = FAMILIES) -> Callable:
@@ -75,11 +76,20 @@ def register_operator(name: str, *, axis: str, exact: bool, multi: bool = False,
     `ramps` options that are mask-ramp lengths in refinement steps; `families` the model families it
     works on (members of either by default: `growlm.families`; the config check refuses the operator in
     any other). Keyword-only parameters of the function (other than n_embd, n_layer, n_head, seed) are
-    its options, set in `grow.options`."""
+    its options, set in `grow.options`.
+
+    With `axis="refine"` it decorates a refinement operator instead: a subclass of
+    `growlm.refiners.Refiner` (`growlm.refiners.register_refiner`; `exact` is then not asked for: a
+    refiner changes how M'_1 trains, not what it computes; `ramps` are its step counts)."""
 
     def wrap(fn: Callable) -> Callable:
-        doc = (fn.__doc__ or "").strip().splitlines()
         source = str(Path(inspect.getsourcefile(fn) or fn.__module__).resolve())
+        if axis == REFINE:
+            cls = register_refiner(name, fn, multi=multi, ramps=tuple(ramps), families=tuple(families),
+                                   source=source)
+            cls.growlm_operator = name
+            return cls
+        doc = (fn.__doc__ or "").strip().splitlines()
         register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
                                    options=signature_options(fn), check=check, natural=natural,
                                    absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source,
@@ -104,7 +114,8 @@ def load_plugins(paths) -> list[str]:
         cached = sys.modules.get(module_name)
         if cached is not None:
             marked = _marked(cached)
-            if marked and all(IMPLEMENTATIONS.get(n) is fn for n, fn in marked.items()):
+            if marked and all((REFINERS if OPERATORS[n].axis == REFINE else IMPLEMENTATIONS).get(n) is fn
+                              for n, fn in marked.items() if n in OPERATORS):
                 names += sorted(marked)
                 continue
             del sys.modules[module_name]

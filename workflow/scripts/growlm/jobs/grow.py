@@ -69,12 +69,13 @@ def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=N
 
 
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
-         data_file=None, learned_batches: dict | None = None) -> None:
+         data_file=None, learned_batches: dict | None = None, plugins=None) -> None:
     """Combine the trained members into M'_1 with a growth operator; record its cost. With `carry` in the
     chain the members' AdamW moments are grown too (growlm.growth.moments); with `freeze` the entries
-    inherited from the members are
-    marked (`inherited.safetensors`) for the refinement to hold. `options` are the growth operators'
-    (the refinement operators' options reach the refine job, not this one)."""
+    inherited from the members are marked (`inherited.safetensors`) for the refinement to hold.
+    `options` are the growth operators' (the refinement operators' options reach the refine job, not
+    this one). `plugins`: the plugin files of the method's operators (the caller loaded them), recorded
+    in growth.json for the refine job, which loads a plugin's refiners from them."""
     full_chain = method_chain(method)
     chain = growth_names(full_chain)
     carry = "carry" in refine_names(full_chain)
@@ -119,7 +120,8 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     shown = {k: v for k, v in options.items() if k != "batches"}
     (Path(out_dir) / "growth.json").write_text(json.dumps(
         {"method": method, "chain": full_chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
-         "members": member_cost, **carried}, indent=2))
+         "members": member_cost, **carried, **({"plugins": [str(p) for p in plugins]} if plugins else {})},
+        indent=2))
     log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 

@@ -21,10 +21,11 @@ from growlm.console import log
 from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.families import family_of
-from growlm.growth import load_grown
+from growlm.growth import load_grown, load_plugins
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.pretrained import member_cost_flops, spec_of
+from growlm.refiners import REFINERS
 from growlm.runner import TrainingJob, run_job
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
@@ -129,34 +130,10 @@ def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
 
 def refiner_settings(refine_with: dict | None, growth: dict, grown_dir, steps: int) -> dict:
     """`TrainConfig.refiners` for the refinement operators of the method (`growlm.experiment.
-    refine_operators`: {name: options}): each one's options, with what the grow job left for it -
-    `teach`: the members it used (growth.json) as teachers; `freeze`: the entries it marked as inherited
-    (`inherited.safetensors`); `carry`: the members' grown moments - and its step counts within the
-    refinement's `steps`."""
-    out = {}
-    for name, options in (refine_with or {}).items():
-        kw = dict(options)
-        if name == "teach":
-            teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
-            if not teachers:
-                raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
-            kw.update(teachers=teachers, teach_steps=min(int(kw["teach_steps"]), steps))
-            log(f"teach: {len(teachers)} member(s) teach for {kw['teach_steps']} steps (weight {kw['teach_weight']} "
-                f"-> 0, temperature {kw['temperature']})")
-        elif name == "freeze":
-            masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
-            if not masks.is_file():
-                raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
-                                  f"rebuild it and continue with `{hints.rebuild(masks)}`")
-            kw.update(masks=str(masks), freeze_steps=min(int(kw["freeze_steps"]), steps))
-            log(f"freeze: inherited weights held for {kw['freeze_steps']} steps")
-        elif name == "carry":
-            if not growth.get("moments"):
-                raise GrowlmError(f"carry: {grown_dir}/growth.json names no grown moments; rebuild it and continue "
-                                  f"with `{hints.rebuild(Path(grown_dir) / 'growth.json')}`")
-            kw.update(moments=str(Path(grown_dir) / growth["moments"]))
-        out[name] = kw
-    return out
+    refine_operators`: {name: options}): each refiner's own `settings` (growlm.refiners) - its options,
+    its step counts held within the refinement's `steps`, and the files the grow job left for it."""
+    return {name: REFINERS[name].settings(options, growth=growth, grown_dir=Path(grown_dir), steps=steps)
+            for name, options in (refine_with or {}).items()}
 
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
@@ -169,6 +146,8 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = read_json(Path(grown_dir) / "growth.json")
+    plugins = growth.get("plugins", [])  # the plugin files of the method's operators (grow.plugins)
+    load_plugins(plugins)  # a plugin's refinement operators register
     cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if ramps and hasattr(model, "set_ramps"):
         too_long = {k: v for k, v in ramps.items() if v > cfg.steps}
@@ -182,5 +161,5 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
             "refiners": cfg.refiners or {}}
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
-                      info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
+                      info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, plugins=plugins)
     return run_job(job, nproc=processes_for(gpus), model=model)
