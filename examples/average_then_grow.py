@@ -1,6 +1,6 @@
 """A growlm plugin: the members' weights averaged into one model of their size, then grown by msg.
 
-Run it against M_0 and msg (README, "Your own method"):
+Run it against M_0 and msg (docs/methods.md, "Your own method"):
 
     snakemake --cores 2 --config 'methods=[msg, average_then_grow]' \
         'grow={plugins: [examples/average_then_grow.py]}'

@@ -29,7 +29,7 @@ def test_snakedeploy_deploys_a_workflow_that_runs(tmp_path):
     text = snakefile.read_text()
     assert re.search(r"^module \w+:", text, flags=re.M) and "use rule * from" in text
     # snakedeploy 0.17.1 writes a local source as "workflow/Snakefile", which Snakemake resolves
-    # against the new Snakefile's own folder; point it at the source (the README says so)
+    # against the new Snakefile's own folder; point it at the source (docs/architecture.md says so)
     assert '"workflow/Snakefile"' in text
     snakefile.write_text(text.replace('"workflow/Snakefile"', f'"{src / "workflow" / "Snakefile"}"'))
     counts = job_counts(run_snakemake(dest, "-n", "--cores", "1", "--quiet", "rules").stdout)

@@ -6,8 +6,8 @@ without being part of what reruns them; refinement runs under torchrun like the 
 
 Jobs that ask for a GPU on a machine without one train on the CPU (`growlm.devices.choose_device`;
 `growlm.jobs.train.processes_for` launches torchrun only when the GPUs asked for are visible), so the
-scheduling tests run real jobs here. Which GPU figures are still to be measured is said in the README
-("On a GPU")."""
+scheduling tests run real jobs here. Which GPU figures are still to be measured is said in
+docs/gpu-and-clusters.md ("On a GPU")."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_the_gpu_overlay_is_what_its_comments_say():
 
 
 def test_the_gpu_overlay_dry_runs_offline(workflow_dir):
-    """The README's command, as a dry run: the Hub source needs no network until its job runs."""
+    """The documented command (docs/gpu-and-clusters.md), as a dry run: the Hub source needs no network until its job runs."""
     proc = run_snakemake(workflow_dir, "-n", "--quiet", "rules", "--profile", "profiles/gpu", "--configfile",
                          "config/config.yaml", "config/gpu.yaml")
     counts = job_counts(proc.stdout)

@@ -1,7 +1,7 @@
-"""The library's imports run one way: the layering written in the README is the truth, and holds.
+"""The library's imports run one way: the layering written in docs/architecture.md is the truth, and holds.
 
-Every module of `growlm` is listed once in the README's layering (its layout section), from the
-bottom up; a module may import only modules listed before it. Function-local imports count too
+Every module of `growlm` is listed once in the layering of docs/architecture.md ("The library's
+layers"), from the bottom up; a module may import only modules listed before it. Function-local imports count too
 (they are how cycles hide). The modules the Snakefile imports while Snakemake parses it import
 no torch.
 """
@@ -58,25 +58,28 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
     return out
 
 
-def readme_layers() -> list[list[str]]:
-    """The layering block of the README: lines 'layer K  module · module · ...', bottom first."""
-    text = (REPO / "README.md").read_text()
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def documented_layers() -> list[list[str]]:
+    """The layering block of docs/architecture.md: lines 'layer K  module · module · ...', bottom first."""
+    text = ARCHITECTURE.read_text()
     rows = re.findall(r"^layer (\d)\s+(.+)$", text, flags=re.M)
-    assert rows, "the README's layout section has no layering ('layer 0  errors · ...')"
+    assert rows, "docs/architecture.md has no layering ('layer 0  errors · ...')"
     assert [int(k) for k, _ in rows] == list(range(len(rows)))
     return [[f"growlm.{m.strip()}" if m.strip() != "growlm" else "growlm" for m in line.split("·")]
             for _, line in rows]
 
 
-def test_every_module_is_in_the_readme_layering_once():
-    listed = [m for layer in readme_layers() for m in layer]
+def test_every_module_is_in_the_documented_layering_once():
+    listed = [m for layer in documented_layers() for m in layer]
     assert len(listed) == len(set(listed)), [m for m in listed if listed.count(m) > 1]
     assert sorted(listed) == sorted(MODULES), (set(MODULES) ^ set(listed))
 
 
 def test_imports_point_down_the_layering():
-    order = {m: i for i, m in enumerate(m for layer in readme_layers() for m in layer)}
-    layer_of = {m: k for k, layer in enumerate(readme_layers()) for m in layer}
+    order = {m: i for i, m in enumerate(m for layer in documented_layers() for m in layer)}
+    layer_of = {m: k for k, layer in enumerate(documented_layers()) for m in layer}
     wrong = []
     for name, path in MODULES.items():
         for target, line, _ in imports(path):
@@ -87,7 +90,7 @@ def test_imports_point_down_the_layering():
 
 
 def test_the_import_graph_has_no_cycle():
-    """Independent of the README: module-level and function-local imports form no cycle."""
+    """Independent of the written layering: module-level and function-local imports form no cycle."""
     graph = {name: {t for t, _, _ in imports(path) if t != name} for name, path in MODULES.items()}
     state: dict[str, int] = {}
 

@@ -1,9 +1,11 @@
-"""Every command printed in the README runs, so the documentation cannot drift from what works.
+"""Every command printed in the README and the manual (docs/*.md) runs, so the documentation cannot drift
+from what works.
 
-The commands are the lines of the README's ```bash blocks. Each must match one of the ways below to
-run it: long runs as a dry run, the report on the tiny experiment's finished run (the tiny config is
-added where a real run is needed), the rest for real. A README command that matches none fails the
-test, so a new command cannot go unchecked.
+The commands are the lines of the ```bash blocks of README.md and of every page of docs/. Each must match
+one of the ways below to run it: long runs as a dry run, the report on the tiny experiment's finished run
+(the tiny config is added where a real run is needed), the rest for real. A command that matches none
+fails the test, so a new command cannot go unchecked. The README holds the two commands for a fresh
+machine and no other; a command is printed once, on the page of its topic.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ import pytest
 from conftest import REPO, SNAKEMAKE, TINY, copy_workflow, job_counts, run_snakemake
 
 
-def readme_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    blocks = re.findall(r"^```bash\n(.*?)^```", text, flags=re.M | re.S)
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def page_commands(page: Path) -> list[str]:
+    """The lines of a page's ```bash blocks."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.M | re.S)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def readme_commands() -> list[str]:
+    """Every command of the README and the manual, README first."""
+    return [command for page in PAGES for command in page_commands(page)]
 
 
 def snakemake_args(command: str) -> list[str]:
@@ -57,8 +67,8 @@ def setup_and_test(command: str, wd: Path, tiny_run: Path) -> None:
 
 
 def follow_logs(command: str, wd: Path, tiny_run: Path) -> None:
-    """`tail -f` of the training logs: every pattern names logs a real run writes (the README's command is
-    the default experiment's, in results/; the tiny run's are in results/tiny/)."""
+    """`tail -f` of the training logs: every pattern names logs a real run writes (the documented command
+    is the default experiment's, in results/; the tiny run's are in results/tiny/)."""
     patterns = shlex.split(command)[2:]
     for pattern in patterns:
         found = glob.glob(str(tiny_run / pattern.replace("results/", "results/tiny/", 1)))
@@ -138,8 +148,17 @@ def handler(command: str):
 def test_every_readme_command_has_a_way_to_run():
     commands = readme_commands()
     assert len(commands) >= 8, commands
-    unhandled = [c for c in commands if handler(c) is None]
-    assert not unhandled, f"README commands that no test runs: {unhandled}"
+    unhandled = [f"{page.relative_to(REPO)}: {c}" for page in PAGES for c in page_commands(page) if handler(c) is None]
+    assert not unhandled, f"documented commands that no test runs: {unhandled}"
+
+
+def test_the_readme_holds_the_two_commands_and_each_command_is_printed_once():
+    """The README is the front door: the two commands for a fresh machine (set up and run, set up and
+    test), nothing else to run; the manual's pages print every other command, none twice."""
+    readme = page_commands(REPO / "README.md")
+    assert [handler(c) for c in readme] == [setup_and_run_and_report, setup_and_test], readme
+    commands = readme_commands()
+    assert len(commands) == len(set(commands)), [c for c in commands if commands.count(c) > 1]
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         (["d0=128", "d1=64"], "d1 = 64: smaller than d0 = 128"),
         (["methods=[no_such_method]"], "unknown growth method 'no_such_method'"),
         (["L0=8"], "L1 = 4: smaller than L0 = 8"),
-        # the README's old sweep example: concat cannot put 3 members of width 32 or 64 side by side in 128
+        # the old sweep example of the docs (docs/configuration.md): concat cannot put 3 members of width 32 or 64 side by side in 128
         (["d0=[32,64]", "n_members=3"], "concat with d0 = 64, L0 = 4, n = 3 -> d1 = 128, L1 = 4: concat: concat of 3 "
                                         "members of width 64 needs width >= 192, not 128; d1 = 192 would work"),
         (["d1=40", "methods=[[hyperclone,zero_block]]"], "d1 = 40: not a multiple of model.head_dim = 16"),

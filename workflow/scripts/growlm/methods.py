@@ -27,6 +27,8 @@ An operator is described once, by an `OperatorSpec` in `OPERATORS`:
 
 The implementations live in `growlm.growth` (torch). `SCHEDULES` are the two training schedules that
 stand in the method list but reuse no small model (the V-cycle and the Apollo-style control).
+`method_table()` renders the operator tables of docs/methods.md from these descriptions (each
+operator's `summary` is its table cell; docs/tables.py writes them, tests/test_docs.py compares).
 """
 
 from __future__ import annotations
@@ -144,50 +146,66 @@ _LEARNED = {"steps": 100, "batches": None, "lr": 1e-3, "init_noise": 0.01, "devi
 
 OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
     OperatorSpec("hyperclone", "width", exact=True, options={"noise": 0.0}, check=_hyperclone,
-                 summary="width x k (heads x k, head size kept), optional cancelling noise"),
+                 summary="width x k for an integer k = d1/d0 (heads x k, head size kept), optional cancelling "
+                         "noise"),
     OperatorSpec("lemon", "both", exact=True, check=_keeps_heads("lemon"),
                  options={"noise": 0.1, "residue_std": 0.02, "position": "interleave"},
                  summary="width and depth to any size (mean padding, unequal splits, LN gain/eps rescaled)"),
     OperatorSpec("net2net", "width", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("net2net"),
-                 summary="Net2Net width (random copy map)"),
+                 summary="Net2Net width (random copy map); exact only with even copy counts (`mapping: cyclic`, "
+                         "d1 a multiple of d0)"),
     OperatorSpec("fpi", "both", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("fpi"),
-                 summary="bert2BERT function-preserving init: Net2Net width, then stacking for depth"),
+                 summary="bert2BERT function-preserving init: Net2Net width (random copy map), then stacking "
+                         "(1..L, 1..L) for depth"),
     OperatorSpec("aki", "both", exact=False, options=dict(_NOISY_COPY), check=_keeps_heads("aki"),
-                 summary="bert2BERT advanced knowledge init: FPI with new units from the next layer"),
+                 summary="bert2BERT advanced knowledge init: FPI, but the new output units of layer l come from "
+                         "layer l+1 (not function-preserving by design), then stacking for depth"),
     OperatorSpec("zero_block", "depth", exact=True, options={"position": "interleave"},
-                 check=_keeps_width("zero_block"), summary="depth: new blocks with zero output projections"),
+                 check=_keeps_width("zero_block"), summary="new blocks with zero output projections"),
     OperatorSpec("stack", "depth", exact=False, check=_keeps_width("stack"),
-                 summary="depth: G_stack (1..L, 1..L)"),
+                 summary="G_stack (1..L, 1..L)"),
     OperatorSpec("interleave", "depth", exact=False, check=_keeps_width("interleave"),
-                 summary="depth: every block duplicated in place (1,1,2,2,...)"),
+                 summary="every block duplicated in place (1,1,2,2,...)"),
     OperatorSpec("msg", "both", exact=True, ramps=("ramp_steps",), check=_keeps_heads("msg"),
                  options={"ramp_steps": 100, "position": "interleave", "init_std": None},
-                 summary="Masked Structural Growth: new units/heads/blocks masked in over ramp_steps"),
+                 summary="Masked Structural Growth: new units/heads/blocks masked in over `ramp_steps`"),
     OperatorSpec("concat", "width", exact=True, multi=True, ramps=("ramp_steps", "ln_ramp_steps"),
                  check=_concat, natural=lambda s, n: (n * s.d, s.L), absorbs=("lemon",),
                  options={"cross": "zero", "cross_std": None, "ramp_steps": 100, "ln_ramp_steps": 100,
                           "noise": 0.1, "residue_std": 0.02},
-                 summary="the n members side by side (d1 = n d0), per-member LayerNorm faded into full"),
+                 summary="the n members side by side (d1 = n d0), per-member LayerNorm faded into full "
+                         "LayerNorm; exact: the members' logit average"),
     OperatorSpec("stack_members", "depth", exact=False, multi=True, options={"embed": "mean"},
                  check=_stack_members, natural=lambda s, n: (s.d, n * s.L),
-                 summary="depth: the members' blocks one after another"),
+                 summary="the members' blocks one after another"),
     OperatorSpec("msg_members", "both", exact=True, multi=True, ramps=("ramp_steps",), check=_msg_members,
                  options={"ramp_steps": 100, "position": "interleave", "init_std": None, "cross": "random"},
-                 summary="msg of m_1 with m_2..m_n placed block-diagonally in the new capacity, masked in"),
+                 summary="`msg` of m_1 with m_2..m_n placed block-diagonally in the new capacity (needs "
+                         "n d0 <= d1), masked in; exact: m_1"),
     OperatorSpec("merge", "width", exact=False, multi=True, check=_merge, natural=lambda s, n: (s.d, s.L),
                  options={"align": "weights", "iterations": 5},
-                 summary="the members averaged into one model of their size (after weight matching)"),
+                 summary="the members averaged into one model of their size after weight matching "
+                         "(`align: weights`; `none` averages as they stand); chain it: `[merge, msg]`"),
     OperatorSpec("teach", "refine", exact=True, multi=True, ramps=("teach_steps",),
                  options={"teach_weight": 0.5, "temperature": 2.0, "teach_steps": 100},
-                 summary="refinement: KL towards the members' logit-average ensemble, weight decaying to 0"),
+                 summary="the loss is (1 - w) CE + w T^2 KL(members' logit average || M_1) for the first "
+                         "`teach_steps` steps, w decaying linearly from `teach_weight` to 0 (T: `temperature`); "
+                         "then the members are no longer run"),
     OperatorSpec("freeze", "refine", exact=True, ramps=("freeze_steps",), options={"freeze_steps": 100},
-                 summary="refinement: the inherited weights frozen for freeze_steps while the new ones train"),
+                 summary="the entries inherited from the members (those the operator copies, splits or "
+                         "averages; found as the non-zero entries of the operator's linear part) are held fixed "
+                         "for `freeze_steps` while the new ones train"),
     OperatorSpec("carry", "refine", exact=True, options={},
-                 summary="refinement: AdamW starts from the members' moments, grown by the same operator"),
+                 summary="AdamW starts from the members' final moments grown by the linear part of the same "
+                         "operator (`growlm.growth.moments`; not for the learned operators)"),
     OperatorSpec("ligo", "both", exact=False, multi=True, learned=True, options=dict(_LEARNED),
-                 check=_keeps_heads("learned growth"), summary="LiGO: learned linear growth maps"),
+                 check=_keeps_heads("learned growth"),
+                 summary="LiGO: learned linear growth maps (width maps and depth mixing, rank-1 ring), trained "
+                         "`steps` steps on level-1 batches, then materialised"),
     OperatorSpec("mango", "both", exact=False, multi=True, learned=True, options={"rank": 2, **_LEARNED},
-                 check=_keeps_heads("learned growth"), summary="Mango: learned tensor-ring growth maps"),
+                 check=_keeps_heads("learned growth"),
+                 summary="Mango: learned tensor-ring growth maps of bond rank `rank` (rank 1 = LiGO), trained "
+                         "`steps` steps on level-1 batches, then materialised"),
 ]}
 
 
@@ -387,3 +405,54 @@ def check_options(names: list[str], options: dict) -> None:
     if unknown:
         raise GrowlmError(f"option(s) {', '.join(unknown)} not taken by {'+'.join(names)}; they take: "
                           + "; ".join(f"{nm}: {', '.join(OPERATORS[nm].options) or '-'}" for nm in names))
+
+
+# ----------------------------------------------------------------------------------------------
+# the operator tables of docs/methods.md, rendered from the descriptions (docs/tables.py writes them)
+# ----------------------------------------------------------------------------------------------
+
+_GROWS = {"width": "width", "depth": "depth", "both": "width and depth"}
+
+
+def _default(value) -> str:
+    """An option's default as a config file (YAML) writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _options_cell(spec: OperatorSpec) -> str:
+    cells = [f"`{key}` ({REFINE_SHARE} of the shortest refinement)" if key in spec.ramps
+             else f"`{key}` (`{_default(value)}`)" for key, value in spec.options.items()]
+    return ", ".join(cells) or "-"
+
+
+def _what_cell(spec: OperatorSpec) -> str:
+    what = spec.summary
+    if spec.learned:
+        what += " (its training is counted in the cost)"
+    for other in spec.absorbs:
+        what += f"; `[{spec.name}, {other}]` runs as one fused step"
+    if tuple(spec.families) != FAMILIES:
+        what += f" ({', '.join(spec.families)} only)"
+    return what.replace("|", "\\|")
+
+
+def method_table(refine: bool = False) -> str:
+    """The markdown table of the built-in growth operators (`refine=True`: of the refinement
+    operators), one row per `OPERATORS` entry in its order, rendered from the descriptions: what it
+    grows, its summary, whether it is exact at step 0, which members it uses, its options (set in
+    `grow.options.<name>`) with their defaults; a ramp's default is the share of the shortest
+    refinement the grow job gives it. docs/methods.md holds the output (tests/test_docs.py)."""
+    specs = [s for s in OPERATORS.values() if s.source == "growlm" and (s.axis == REFINE) == refine]
+    if refine:
+        rows = ["| in a chain | what the refinement does | options (`grow.options.<name>`) |", "|---|---|---|"]
+        rows += [f"| `{s.name}` | {_what_cell(s)} | {_options_cell(s)} |" for s in specs]
+    else:
+        rows = ["| method | grows | what | exact at step 0 | members | options (`grow.options.<name>`) |",
+                "|---|---|---|---|---|---|"]
+        rows += [f"| `{s.name}` | {_GROWS[s.axis]} | {_what_cell(s)} | {'yes' if s.exact else 'no'} | "
+                 f"{'all n' if s.multi else 'm_1'} | {_options_cell(s)} |" for s in specs]
+    return "\n".join(rows) + "\n"

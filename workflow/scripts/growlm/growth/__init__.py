@@ -3,7 +3,7 @@
     grow(members, method, *, n_embd, n_layer, n_head=None, seed=0, **options) -> model
     save_grown(model, dir) / load_grown(dir)
     options_of(name)          the options an operator takes, with their defaults
-    register_operator(...)    describe and implement your own operator (see the README's tutorial)
+    register_operator(...)    describe and implement your own operator (see docs/methods.md's tutorial)
     load_plugins(paths)       import the plugin files of grow.plugins (their operators register)
 
 What each operator is (axis, exactness, options, constraints) is described in `growlm.methods`;

@@ -29,7 +29,7 @@ from growlm.profiling.ranges import PHASES
 
 # Why an nsys report may hold no growlm NVTX range (measured with Debian 12's Nsight Systems 2022.4.2).
 NVTX_TOO_NEW = ("(Nsight Systems 2022.4 ignores the ranges of the nvtx package from 0.2.12 on; growlm "
-                "pins 0.2.11: see README, Profiling)")
+                "pins 0.2.11: see docs/profiling.md)")
 
 PHASE_COLUMNS = ["profiler", "phase", "calls", "total_ms", "mean_ms", "share"]
 KERNEL_COLUMNS = ["profiler", "kernel", "device", "calls", "total_ms", "mean_ms", "share"]
