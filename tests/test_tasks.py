@@ -158,3 +158,33 @@ def test_a_failing_task_is_recorded_and_named_not_raised(tiny_run, tmp_path):
                  ).to_csv(tmp_path / "comparison.csv", index=False)
     text = "\n".join(summary_sentences(tmp_path / "comparison.csv", tmp_path / "tasks.csv"))
     assert "failed task run(s)" in text and f"task broken failed on {member}" in text
+
+
+def test_a_llama_model_runs_the_cloze_task_through_the_harness(tmp_path):
+    """lm-evaluation-harness loads a growlm Llama model folder (LlamaForCausalLM with its tokenizer,
+    through the same from_pretrained call as a GPT-2's) and scores growlm's cloze task on it: every
+    example answered, accuracy within [0, 1], a finite perplexity; the same model twice, the same scores."""
+    from growlm.jobs.evaluate import evaluate_tasks
+    from growlm.model import build_model, save_model
+    from growlm.tokenizer import fit_tokenizer, vocab_size
+    from conftest import REPO
+
+    corpus = REPO / "workflow" / "resources" / "corpus"
+    fit_tokenizer([corpus / "pg18735_little_red_hen.txt"], tmp_path / "tok", vocab_size=400)
+    model = build_model(seed=3, family="llama", n_embd=16, n_layer=1, vocab_size=vocab_size(tmp_path / "tok"),
+                        n_positions=64, head_dim=8, heads_per_kv=2, mlp_ratio=3, tie_word_embeddings=False)
+    save_model(model, tmp_path / "llama", tokenizer_dir=tmp_path / "tok")
+    assert json.loads((tmp_path / "llama" / "config.json").read_text())["model_type"] == "llama"
+    text = tmp_path / "test.txt"
+    text.write_text("The little red hen found a grain of wheat.\nWho will help me plant this wheat said the hen.\n"
+                    "Not I said the duck and the cat and the dog.\n" * 4)
+    growlm_tasks.write_cloze_task(REPO / "workflow" / "resources" / "tasks" / "growlm_cloze", text,
+                                  tmp_path / "tasks" / "growlm_cloze")
+    spec = task_specs(["growlm_cloze"], bundled_dir=tmp_path / "tasks")[0]
+    records = [evaluate_tasks(model_dir=tmp_path / "llama", spec=spec, limit=6, out_file=tmp_path / f"r{i}.json")
+               for i in range(2)]
+    record = records[0]
+    assert record["error"] is None, record["error"]
+    scores = record["scores"]["growlm_cloze"]
+    assert 0.0 <= scores["acc,none"] <= 1.0 and 1.0 < scores["perplexity,none"] < float("inf")
+    assert records[1]["scores"] == record["scores"]
