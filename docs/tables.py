@@ -18,11 +18,13 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "workflow" / "scripts"))  # this clone's growlm, whatever is installed
 
 from growlm.methods import method_table  # noqa: E402
+from growlm.recipes import recipe_table  # noqa: E402
 
 COMMAND = ".venv/bin/python docs/tables.py"
 TABLES = {  # (page, table name): renderer
     ("methods.md", "growth"): lambda: method_table(),
     ("methods.md", "refine"): lambda: method_table(refine=True),
+    ("methods.md", "recipes"): lambda: recipe_table(),
 }
 
 

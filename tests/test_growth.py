@@ -283,7 +283,7 @@ def test_methods_and_options_listed():
     assert METHODS == sorted(METHODS)
     for name in ("hyperclone", "zero_block", "lemon", "concat", "msg", "stack", "interleave"):
         assert name in METHODS
-    assert options_of("hyperclone") == {"noise": 0.0}
+    assert options_of("hyperclone") == {"noise": 0.316}  # the paper's 10 dB (growlm.recipes)
     assert options_of("zero_block") == {"position": "interleave"}
 
 

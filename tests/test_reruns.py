@@ -28,7 +28,7 @@ members: {data: shards, shards: 2}
 grow: {options: {ligo: {steps: 2}}}
 profile: {tools: [nsys, ncu]}
 vcycle: {coarse_share: 0.3}
-apollo: {tokens: 8000}
+apollo: {share: 0.3}
 """
 
 TRAINING = {"train_small", "train_baseline", "refine"}
@@ -105,6 +105,7 @@ TABLE = {
     "train.large.warmup_steps": ("train: {large: {warmup_steps: 4}}", {"train_baseline", "grow", "profile"}, set()),
     "train.refine.batch_size": ("train: {refine: {batch_size: 4}}", {"refine", "profile"}, set()),
     "train.refine.warmup_steps": ("train: {refine: {warmup_steps: 2}}", {"refine", "profile"}, set()),
+    "train.refine.decay_share": ("train: {refine: {decay_share: 0.5}}", {"refine", "profile"}, set()),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),
@@ -127,7 +128,10 @@ TABLE = {
     "vcycle.alpha": ("vcycle: {alpha: 0.4}", {"grow"}, set()),
     "vcycle.embeddings": ("vcycle: {embeddings: sum}", {"grow"}, set()),
     "vcycle.final_share": ("vcycle: {final_share: 0.4}", {"refine"}, set()),  # the V-cycle's refinement only
+    "apollo.share": ("apollo: {share: 0.2}", {"grow"}, set()),
     "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
+    "apollo.stages": ("apollo: {stages: equal}", {"grow"}, set()),
+    "apollo.final_share": ("apollo: {final_share: 0.5}", {"refine"}, set()),  # Apollo's refinement only
     "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
     "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 
 from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, refine_names
-from growlm.recipes import refine_recipe
+from growlm.recipes import grow_recipe, refine_recipe
 from growlm.outputs import DEFAULT, results_dir
 from growlm.train_config import TrainConfig
 
@@ -80,6 +80,7 @@ def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = No
         lr=float(base["lr"]),
         warmup_steps=int(base.get("warmup_steps", 0)),
         min_lr_ratio=float(t["min_lr_ratio"]),
+        decay_share=float(base.get("decay_share", 1.0)),
         weight_decay=float(t["weight_decay"]),
         grad_clip=float(t["grad_clip"]),
         eval_interval=int(t["eval_interval"]),
@@ -180,13 +181,15 @@ def growth_options(config: dict, chain: list[str]) -> dict:
 
 def grow_settings(config: dict, method: str) -> dict:
     """What a grow job of `method` (a chain id, maybe with the control suffix) reads: the operators'
-    configured options, the optimizer-state choice and, for learned operators, how to draw their
-    level-1 batches. Nothing here depends on the large models' budgets: one grown model serves every
-    budget of the sweep (the mask ramps are the refinement's, `refine_ramps`)."""
+    configured options, with the authors' recipes where nothing is configured (growlm.recipes: the
+    learned operators' steps, a share of the shortest refinement of the sweep), and, for learned
+    operators, how to draw their level-1 batches. One grown model serves every budget of the sweep
+    (the mask ramps are the refinement's, `refine_ramps`)."""
     chain = growth_names(method)
     options = growth_options(config, chain)
     check_options(chain, options)
-    out = {"options": options}
+    refine = refine_steps(config, normalise_sweep(config)["budgets"])
+    out = {"options": grow_recipe(config, chain, options, refine_steps=refine)}  # the authors' recipes
     if any(OPERATORS[name].learned for name in chain):
         out["learned_batches"] = {"batch_size": config["train"]["large"]["batch_size"],
                                   "context": config["model"]["context"]}
@@ -248,10 +251,17 @@ def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, s
         stages = {k: v for k, v in vc.items() if k != "final_share"}  # the last stage is the refinement's
         return canonical({"vcycle": stages, "train": train, "model": model,
                           "memory_limit_gb": config["resources"]["memory_limit_gb"]})
-    ap, t = config["apollo"], config["train"]
-    return canonical({"apollo": dict(ap), "model": model, "batch_size": int(t["large"]["batch_size"]),
-                      "context": int(config["model"]["context"]), "weight_decay": float(t["weight_decay"]),
-                      "grad_clip": float(t["grad_clip"])})
+    # the Apollo-style control: its schedule a share of the reference budget (the shortest of the
+    # sweep), at the large arms' first rate, warmed up over 2.5% of M_0's steps there (the authors)
+    ap, t, sweep = config["apollo"], config["train"], normalise_sweep(config)
+    reference = min(int(b) for b in sweep["budgets"])
+    batch, context = int(t["large"]["batch_size"]), int(config["model"]["context"])
+    schedule = {"tokens": int(ap.get("tokens") or round(float(ap.get("share", 0.25)) * reference)),
+                "stages": ap.get("stages", "authors"), "lr": float(ap.get("lr") or sweep["lrs"][0]),
+                "warmup_steps": int(ap["warmup_steps"] if ap.get("warmup_steps") is not None
+                                    else max(1, round(0.025 * reference / (batch * context))))}
+    return canonical({"apollo": schedule, "model": model, "batch_size": batch, "context": context,
+                      "weight_decay": float(t["weight_decay"]), "grad_clip": float(t["grad_clip"])})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
 # a ramp's or a refinement operator's step count unless configured: this share of the shortest refinement
 REFINE_SHARE = Fraction(1, 5)
+# a learned operator's training steps unless configured: this share of the shortest refinement, at
+# least LEARNED_MIN_STEPS (growlm.recipes: the authors' share does not carry to small runs)
+LEARNED_SHARE = Fraction(1, 20)
+LEARNED_MIN_STEPS = 10
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ _NOISY_COPY = {"noise": 0.0, "mapping": "random"}
 _LEARNED = {"steps": 100, "batches": None, "lr": 1e-3, "init_noise": 0.01, "device": None}
 
 OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
-    OperatorSpec("hyperclone", "width", exact=True, options={"noise": 0.0}, check=_hyperclone,
+    OperatorSpec("hyperclone", "width", exact=True, options={"noise": 0.316}, check=_hyperclone,
                  summary="width x k for an integer k = d1/d0 (heads x k, head size kept), optional cancelling "
                          "noise"),
     OperatorSpec("lemon", "both", exact=True, check=_keeps_heads("lemon"),
@@ -424,8 +428,14 @@ def _default(value) -> str:
 
 
 def _options_cell(spec: OperatorSpec) -> str:
-    cells = [f"`{key}` ({REFINE_SHARE} of the shortest refinement)" if key in spec.ramps
-             else f"`{key}` (`{_default(value)}`)" for key, value in spec.options.items()]
+    def default(key, value):
+        if key in spec.ramps:
+            return f"{REFINE_SHARE} of the shortest refinement"
+        if spec.learned and key == "steps":  # the workflow's recipe (growlm.recipes)
+            return f"{LEARNED_SHARE} of the shortest refinement, at least {LEARNED_MIN_STEPS}"
+        return f"`{_default(value)}`"
+
+    cells = [f"`{key}` ({default(key, value)})" for key, value in spec.options.items()]
     return ", ".join(cells) or "-"
 
 

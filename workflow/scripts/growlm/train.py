@@ -56,10 +56,12 @@ def _world() -> tuple[int, int]:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine decay to `min_lr_ratio * lr` at the end."""
+    """Linear warm-up over `warmup_steps`, then cosine decay to `min_lr_ratio * lr` at the end (with
+    `decay_share` < 1: after that share of the steps, then held at the floor)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    end = cfg.steps if cfg.decay_share >= 1 else max(cfg.warmup_steps + 1, int(cfg.steps * cfg.decay_share))
+    progress = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
     progress = min(1.0, progress)
     floor = cfg.lr * cfg.min_lr_ratio
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))

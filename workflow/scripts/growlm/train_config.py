@@ -40,6 +40,7 @@ class TrainConfig:
     context: int = 64  # tokens per sequence
     lr: float = 1e-3  # peak learning rate
     min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
+    decay_share: float = 1.0  # the cosine reaches its floor after this share of the steps (LEMON's faster decay)
     warmup_steps: int = 50  # linear warm-up
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -128,6 +129,8 @@ class TrainConfig:
                               f"({self.batch_size} x {self.context})")
         if self.lr <= 0:
             raise GrowlmError(f"learning rate must be positive, got {self.lr}")
+        if not 0 < self.decay_share <= 1:
+            raise GrowlmError(f"decay_share must be in (0, 1], got {self.decay_share}")
         if self.compile not in (True, False) and self.compile not in COMPILE_MODES:
             raise GrowlmError(f"unknown compile setting {self.compile!r}; true, false or one of {COMPILE_MODES}")
         if self.sync_every < 0:

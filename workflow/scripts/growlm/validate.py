@@ -40,6 +40,7 @@ from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, m
                             needs_single_member_control, plan_chain)
 from growlm.outputs import DEFAULT, name_problems, results_dir
 from growlm.plugins import declare
+from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
 from growlm.sources import kind as sources_kind, local_files
 
@@ -611,8 +612,29 @@ def check_config(config: dict, schema_file: str | Path, resolve_source: Callable
     fill_defaults(config)
     sweep = normalise_sweep(config)
     _raise(adopt_pretrained(config, sweep))
+    _raise(timing_problems(config, sweep))
     _raise(experiment_problems(config, sweep, resolve_source))
     return sweep
+
+
+def timing_problems(config: dict, sweep: dict) -> list[str]:
+    """`train.small.tokens: gstack` (the members' tokens by G_stack's growth-timing formula,
+    growlm.recipes) resolved in place into a number, or why it cannot be."""
+    small = config["train"]["small"]
+    if small.get("tokens") != "gstack":
+        return []
+    if len(sweep["d1"]) * len(sweep["L1"]) * len(sweep["budgets"]) != 1:
+        return [f"train.small.tokens = gstack: the formula gives the members' tokens for one target and budget; this "
+                f"sweep has d1 = {sweep['d1']}, L1 = {sweep['L1']}, budgets = {sweep['budgets']}"]
+    settings = model_settings(config, n_embd=sweep["d1"][0], n_layer=sweep["L1"][0])
+    settings.pop("like", None)
+    shape = ModelShape.of({**settings, "vocab_size": config["tokenizer"]["vocab_size"]})
+    budget = int(sweep["budgets"][0])
+    problem = gstack_problem(shape.n_params, budget)
+    if problem:
+        return [problem]
+    small["tokens"] = gstack_tokens(shape.n_params, budget)
+    return []
 
 
 def adopt_pretrained(config: dict, sweep: dict) -> list[str]:

@@ -32,11 +32,12 @@ from growlm.shape import ModelShape
 
 @implements("hyperclone")
 def hyperclone(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0,
-               noise: float = 0.0):
+               noise: float = 0.316):
     """Exact width cloning by k = d1/d0 (HyperCloning). Uses the first member.
 
-    Options: noise (float >= 0, default 0): std of the cancelling +N/-N pair noise, relative to each
-    source matrix's std.
+    Options: noise (float >= 0, default 0.316, the paper's 10 dB signal-to-noise ratio: a std of
+    10^(-10/20) of the signal's): std of the cancelling +N/-N pair noise, relative to each source
+    matrix's std; 0 gives plain copies, which stay twins unless training breaks the symmetry.
     """
     if noise < 0:
         raise GrowlmError(f"hyperclone: noise must be >= 0, not {noise}")

@@ -182,12 +182,14 @@ def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_d
            seed: int, train_file, tokenizer_dir, out_dir) -> None:
     """The Apollo-style progressive control (growlm.schedules.apollo; it reuses no small model): M_0's
     own initialisation trained with shared layers, sampled depth and growing stages for
-    `apollo.tokens` tokens (the growth cost); refine trains on."""
+    `apollo["tokens"]` tokens (the growth cost; `growlm.experiment.schedule_settings` resolves them, the
+    rate and the warm-up from the config); refine trains on (growlm.recipes)."""
     init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
     grown, summary = apollo_schedule(init, load_tokens(train_file), tokens=int(apollo["tokens"]),
                                      lr=float(apollo["lr"]), batch_size=batch_size, context=context,
                                      seed=seed + 15485863, warmup_steps=int(apollo["warmup_steps"]),
-                                     weight_decay=weight_decay, grad_clip=grad_clip, log=log)
+                                     weight_decay=weight_decay, grad_clip=grad_clip,
+                                     stages=apollo.get("stages", "authors"), log=log)
     out_dir = Path(out_dir)
     save_grown(grown, out_dir)
     (out_dir / "growth.json").write_text(json.dumps(

@@ -8,13 +8,19 @@ It answers "do the small models beat mere progressive training?". From M_0's own
 * sampled depth: every step runs only the first D layers, with D drawn from {1..L} with probability
   proportional to 1/D ("low-value prioritised": mostly shallow, cheap steps, but every depth is
   trained, so the model works at any depth it is grown to);
-* growing stages: k = 1, 2, 4, ... up to L; between stages every unique block is duplicated
+* growing stages: k = 1, 2, 4, ... unique blocks; between stages every unique block is duplicated
   (interpolation: layer i keeps the same weights, so the function is unchanged when L is a power of
-  two); after the last stage the blocks are unshared into a plain GPT-2 of depth L.
+  two); after the last stage the blocks are unshared into a plain model of depth L.
+
+`stages="authors"` (the default; the authors' GPT-2 script: 1, 3, 6 unique layers of 12 for 2, 2 and
+6 epochs, the first quarter of a 40-epoch run, then the full model) runs the stages with fewer than L
+unique blocks, each for a share of the schedule proportional to its block count, and leaves the full
+depth to the refinement, which goes on at the peak rate without re-warm-up for the rest of the budget
+(`growlm.recipes`). `stages="equal"` (growlm's first variant) runs k = 1, 2, ..., L for equal shares.
 
 The schedule's FLOPs (each step at its sampled depth, `growlm.flops`) are counted as growth cost,
 and the refinement then trains the result like any grown M'_1. A plain loop without checkpoints: a
-killed schedule restarts from its beginning (it is short: `apollo.tokens`).
+killed schedule restarts from its beginning (it is short: `apollo.share` of the budget).
 """
 
 from __future__ import annotations
@@ -65,29 +71,44 @@ def duplicate(unique: torch.nn.ModuleList, k_new: int, n_layer: int) -> torch.nn
     return torch.nn.ModuleList([copy.deepcopy(unique[s]) for s in src])
 
 
+def stage_steps(n_layer: int, steps: int, stages: str = "authors") -> list[tuple[int, int]]:
+    """(unique blocks, steps) of each stage of a schedule of `steps` steps (see the module docstring):
+    "authors": the stages with fewer than n_layer unique blocks, lengths proportional to their block
+    counts; "equal": every stage up to n_layer, equal lengths."""
+    if stages not in ("authors", "equal"):
+        raise GrowlmError(f"apollo.stages must be authors or equal, not {stages!r}")
+    ks = stage_widths(n_layer)
+    if stages == "equal":
+        return [(k, steps // len(ks)) for k in ks]
+    ks = ks[:-1] or [n_layer]  # a one-block model has no smaller stage
+    counts = [steps * k // sum(ks) for k in ks]
+    counts[-1] += steps - sum(counts)  # the rounding goes to the last stage
+    return list(zip(ks, counts))
+
+
 def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, batch_size: int,
                     context: int, seed: int, warmup_steps: int = 10, weight_decay: float = 0.1,
-                    grad_clip: float = 1.0, log=print) -> tuple:
+                    grad_clip: float = 1.0, stages: str = "authors", log=print) -> tuple:
     """Train `init` (M_0's initialisation, either family) with the progressive schedule for `tokens`
-    tokens and return a plain model of the same shape, with a summary (FLOPs, wall time, per-stage
-    losses)."""
+    tokens (`stages`: see `stage_steps`) and return a plain model of the same shape, with a summary
+    (FLOPs, wall time, per-stage losses)."""
     shape = ModelShape.of(init)
     fam = family_of(init)
     L = shape.L
-    ks = stage_widths(L)
-    steps_total = max(len(ks), tokens // (batch_size * context))
-    per_stage = steps_total // len(ks)
-    if per_stage < 1:
-        raise GrowlmError(f"apollo.tokens={tokens} gives fewer steps than the {len(ks)} stages")
+    plan = stage_steps(L, tokens // (batch_size * context), stages)
+    if min(n for _, n in plan) < 1:
+        raise GrowlmError(f"apollo: {tokens} tokens give fewer steps than the schedule's {len(plan)} stages need "
+                          f"({', '.join(f'{k} block(s): {n}' for k, n in plan)}); a larger apollo.share or budget")
     cfg = init.config
     model = copy.deepcopy(init).train()
     unique = torch.nn.ModuleList([copy.deepcopy(fam.blocks(init)[0])])
     sampler = BatchSampler(train_tokens, batch_size=batch_size, context=context, seed=seed)
     rng = np.random.default_rng(seed)
     probs = depth_probabilities(L)
-    flops, step, stages = 0, 0, []
+    flops, step, record = 0, 0, []
+    warm = max(1, warmup_steps)  # "authors": one warm-up for the whole schedule; "equal": one per stage
     t0 = time.perf_counter()
-    for s, k in enumerate(ks):
+    for s, (k, per_stage) in enumerate(plan):
         if len(unique) != k:
             unique = duplicate(unique, k, L)
         _set_layers(model, unique, L, L)  # the optimizer sees embeddings, ln_f and the k unique blocks
@@ -102,7 +123,7 @@ def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, b
             depth = int(rng.choice(np.arange(1, L + 1), p=probs))
             _set_layers(model, unique, depth, L)
             for g in opt.param_groups:
-                g["lr"] = lr * min(1.0, (i + 1) / max(1, warmup_steps))
+                g["lr"] = lr * min(1.0, ((i if stages == "equal" else step) + 1) / warm)
             x, y = sampler.batch(step)
             loss = lm_loss(model, x, y, logits=False)[0]
             if not math.isfinite(loss.item()):
@@ -117,10 +138,12 @@ def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, b
             losses.append(loss.item())
             depths.append(depth)
             step += 1
-        stages.append({"stage": s + 1, "unique_blocks": k, "steps": per_stage, "mean_depth": float(np.mean(depths)),
+        record.append({"stage": s + 1, "unique_blocks": k, "steps": per_stage, "mean_depth": float(np.mean(depths)),
                        "final_train_loss": float(np.mean(losses[-10:]))})
-        log(f"apollo stage {s + 1}/{len(ks)}: {k} unique block(s), {per_stage} steps, mean depth "
-            f"{np.mean(depths):.2f}, train loss {stages[-1]['final_train_loss']:.4f}")
+        log(f"apollo stage {s + 1}/{len(plan)}: {k} unique block(s), {per_stage} steps, mean depth "
+            f"{np.mean(depths):.2f}, train loss {record[-1]['final_train_loss']:.4f}")
+    if len(unique) != L:  # the authors' stages stop below full depth: grown to it by the same map
+        unique = duplicate(unique, L, L)
     # unshare: a plain model of depth L whose layer i is (a copy of) unique block i
     out = fam.model_class(cfg)
     _set_layers(model, unique, L, L)
@@ -130,5 +153,5 @@ def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, b
             fam.blocks(out)[i].load_state_dict(unique[j].state_dict())
     out.tie_weights()
     summary = {"flops": int(flops), "wall_s": time.perf_counter() - t0, "steps": step,
-               "tokens": step * batch_size * context, "stages": stages}
+               "tokens": step * batch_size * context, "stages": record}
     return out.eval(), summary
