@@ -48,7 +48,7 @@ from growlm.methods import (  # noqa: E402
     method_id,
     needs_single_member_control,
 )
-from growlm.resume import interrupted_run_notice  # noqa: E402
+from growlm.interrupted import interrupted_run_notice  # noqa: E402
 from growlm.pretrained import spec_of as pretrained_spec  # noqa: E402
 from growlm.sources import hub_problem, local_files  # noqa: E402
 from growlm.tasks import task_problems, task_specs  # noqa: E402
