@@ -3,10 +3,8 @@
 # No rules here.
 
 import itertools
-import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from growlm.experiment import (  # noqa: E402
     member_shard,
     member_train,
     model_settings,
+    plugin_files,
     refine_operators,
     refine_ramps,
     refine_settings,
@@ -40,11 +39,9 @@ from growlm.experiment import (  # noqa: E402
     trunk_tokens,
 )
 from growlm.methods import (  # noqa: E402
-    OPERATORS,
     SCHEDULES,
     SINGLE_MEMBER,
     is_single_member_control,
-    method_chain,
     method_id,
     needs_single_member_control,
 )
@@ -52,7 +49,7 @@ from growlm.interrupted import interrupted_run_notice  # noqa: E402
 from growlm.pretrained import spec_of as pretrained_spec  # noqa: E402
 from growlm.sources import hub_problem, local_files  # noqa: E402
 from growlm.tasks import task_problems, task_specs  # noqa: E402
-from growlm.validate import check_config, experiment_warnings  # noqa: E402
+from growlm.validate import check_config, check_plugin_operators, experiment_warnings  # noqa: E402
 
 # every command growlm prints for you to run is your own command line (growlm.hints): the jobs
 # inherit it through the environment
@@ -131,17 +128,14 @@ METHOD_IDS = [method_id(m) for m in SWEEP["methods"]]
 PLUGINS = config["grow"]["plugins"]  # your own operators (growlm.plugins), declared by check_config
 
 
-def plugin_files(method):
-    """The plugin files whose operators `method` uses (inputs and params of its grow job)."""
-    used = {OPERATORS[nm].source for nm in method_chain(method) if nm in OPERATORS}
-    return [p for p in PLUGINS if str(Path(p).resolve()) in used]
-
-
 onstart:
     # import the plugins for real and grow tiny random members with each of their operators, before
-    # any job: a broken plugin stops here, naming the file (growlm.jobs.plugins)
+    # any job: a broken plugin stops here, naming the file (growlm.validate.check_plugin_operators)
     if PLUGINS:
-        check_plugin_operators()
+        try:
+            print(check_plugin_operators(config, SWEEP, res("plugins/check.json")), file=sys.stderr)
+        except GrowlmError as err:
+            raise WorkflowError(str(err))
 
 
 if config["controls"]["single_member"]:
@@ -333,55 +327,12 @@ def grow_params(wildcards):
         return schedule_settings(
             config, wildcards.method, n_embd=int(wildcards.d1), n_layer=int(wildcards.L1), seed=int(wildcards.seed)
         )
-    plugins = plugin_files(wildcards.method)
+    plugins = plugin_files(config, wildcards.method)
     return {
         "members": member_dirs(wildcards),
         **grow_settings(config, wildcards.method),
         **({"plugins": plugins} if plugins else {}),
     }
-
-
-def check_plugin_operators():
-    """Run growlm.jobs.plugins on every method of the sweep that uses a plugin operator, at every
-    (d0, L0, n, d1, L1) of the sweep; stop the run with its one-line message if one fails."""
-    checks = []
-    for m in SWEEP["methods"]:
-        if not plugin_files(m):
-            continue
-        for d0, L0, d1, L1, n in itertools.product(SWEEP["d0"], SWEEP["L0"], SWEEP["d1"], SWEEP["L1"], SWEEP["n"]):
-            checks.append(
-                dict(
-                    method=method_chain(m),
-                    n=int(n),
-                    d0=int(d0),
-                    L0=int(L0),
-                    d1=int(d1),
-                    L1=int(L1),
-                    head_dim=config["model"]["head_dim"],
-                    tied=config["model"]["tie_embeddings"],
-                    model={
-                        k: v
-                        for k, v in model_settings(config, n_embd=d0, n_layer=L0).items()
-                        if k not in ("n_positions", "like")
-                    },
-                    options=grow_settings(config, method_id(m))["options"],
-                )
-            )
-    spec = Path(res("plugins/check.json"))
-    spec.parent.mkdir(parents=True, exist_ok=True)
-    spec.write_text(json.dumps({"plugins": PLUGINS, "checks": checks}, indent=2))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(RULES_DIR).parent / "scripts"), os.environ.get("PYTHONPATH")])
-        ),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=env, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise WorkflowError((proc.stderr.strip().splitlines() or ["the plugin check failed"])[-1])
-    print(proc.stdout.strip(), file=sys.stderr)
 
 
 def training_resources():
