@@ -6,7 +6,7 @@
 rule grow:
     input:
         members=member_models,
-        plugins=lambda wc: plugin_files(wc.method),
+        plugins=lambda wc: plugin_files(config, wc.method),
         data=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
         tokenizer=res("tokenizer/tokenizer.json"),

@@ -1,6 +1,6 @@
 """The experiment as the config describes it: the sweep, its checks, and what each job reads.
 
-The workflow (`workflow/rules/common.smk`) imports this module while Snakemake parses the Snakefile,
+The workflow (`workflow/rules/*.smk`) imports this module while Snakemake parses the Snakefile,
 so it is torch-free. It turns the validated config into
 
 * the sweep: every (d0, L0, d1, L1, n, method, seed, budget, lr) combination (`normalise_sweep`);
@@ -14,8 +14,9 @@ so it is torch-free. It turns the validated config into
 
 from __future__ import annotations
 
+from pathlib import Path
 
-from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, refine_names
+from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, method_chain, refine_names
 from growlm.recipes import grow_recipe, refine_recipe
 from growlm.outputs import DEFAULT, results_dir
 from growlm.train_config import TrainConfig
@@ -194,6 +195,14 @@ def grow_settings(config: dict, method: str) -> dict:
         out["learned_batches"] = {"batch_size": config["train"]["large"]["batch_size"],
                                   "context": config["model"]["context"]}
     return canonical(out)
+
+
+def plugin_files(config: dict, method) -> list[str]:
+    """The files of `grow.plugins` whose operators `method` (a name, a chain or a chain id) uses: the
+    inputs and params of its grow job; a method that uses none is left out of the plugin check
+    before any job (`growlm.validate.plugin_checks`)."""
+    used = {OPERATORS[nm].source for nm in method_chain(method) if nm in OPERATORS}
+    return [p for p in config["grow"]["plugins"] if str(Path(p).resolve()) in used]
 
 
 def refine_ramps(config: dict, method: str, *, budgets: list[int]) -> dict:

@@ -16,13 +16,21 @@ The workflow calls `check_config` while Snakemake parses the Snakefile (torch-fr
    are checked against lm-evaluation-harness by the workflow, `growlm.tasks.task_problems`.)
 
 All problems are reported together in one `GrowlmError`, one line each.
+
+The plugin operators of `grow.plugins` are checked later, before the first job (Snakemake's
+`onstart`): `check_plugin_operators` grows tiny random members with each of them in a child Python
+(`growlm.jobs.plugins`), so that neither torch nor the user's code is imported by Snakemake.
 """
 
 from __future__ import annotations
 
 import difflib
 import itertools
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -31,8 +39,8 @@ import numpy as np
 import yaml
 
 from growlm.errors import GrowlmError
-from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, level_dir, model_settings, normalise_sweep, refine_steps,
-                               trunk_tokens)
+from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
+                               plugin_files, refine_steps, trunk_tokens)
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
 from growlm.live import tracker_problems
@@ -667,3 +675,43 @@ def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
             out.append(f"d1 = {d1}: not a multiple of the pretrained members' head size {s.dh}; growth keeps the "
                        f"head size{rotary}; use a multiple of {s.dh * s.r}")
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. the plugin operators, before the first job
+# ----------------------------------------------------------------------------------------------
+
+def plugin_checks(config: dict, sweep: dict) -> list[dict]:
+    """What growlm.jobs.plugins checks: every method of the sweep that uses a plugin operator, at every
+    (d0, L0, n, d1, L1) of the sweep, with the experiment's model settings and the method's options."""
+    checks = []
+    for m in sweep["methods"]:
+        if not plugin_files(config, m):
+            continue
+        for d0, L0, d1, L1, n in itertools.product(sweep["d0"], sweep["L0"], sweep["d1"], sweep["L1"], sweep["n"]):
+            checks.append(dict(
+                method=method_chain(m), n=int(n), d0=int(d0), L0=int(L0), d1=int(d1), L1=int(L1),
+                head_dim=config["model"]["head_dim"], tied=config["model"]["tie_embeddings"],
+                model={k: v for k, v in model_settings(config, n_embd=d0, n_layer=L0).items()
+                       if k not in ("n_positions", "like")},
+                options=grow_settings(config, method_id(m))["options"],
+            ))
+    return checks
+
+
+def check_plugin_operators(config: dict, sweep: dict, spec_file: str | Path) -> str:
+    """Import the plugins of `grow.plugins` for real and grow tiny random members with each operator the
+    sweep uses (`plugin_checks`, written to `spec_file`), in a child Python that imports this very
+    growlm (`python -m growlm.jobs.plugins`): the child's summary line, or a GrowlmError with its
+    one-line message naming the file and the problem."""
+    spec = Path(spec_file)
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps({"plugins": config["grow"]["plugins"], "checks": plugin_checks(config, sweep)},
+                               indent=2))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode:
+        raise GrowlmError((proc.stderr.strip().splitlines() or ["the plugin check failed"])[-1])
+    return proc.stdout.strip()

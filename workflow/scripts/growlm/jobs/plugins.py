@@ -12,7 +12,7 @@ spent, with one line naming the file and the problem:
 * it is declared `exact=True` but its logits at step 0 differ (in float64) from m_1's (a
   single-source operator) or from the members' logit average (a multi-member operator).
 
-    python -m growlm.jobs.plugins CHECK.json      # what the Snakefile's onstart runs
+    python -m growlm.jobs.plugins CHECK.json      # what growlm.validate.check_plugin_operators runs (onstart)
 """
 
 from __future__ import annotations
