@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import json
 import signal
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -81,6 +82,16 @@ def user_errors(stage: str):
     except GrowlmError as err:
         print(f"growlm {stage}: error: {err}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def package_env(env: dict | None = None) -> dict:
+    """The environment of a child Python that must import this very growlm (installed or not, and
+    whatever another installed copy says): `env` (default: this process's) with this package's folder
+    first on PYTHONPATH."""
+    out = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[1])
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (root, out.get("PYTHONPATH", "")) if p)
+    return out
 
 
 def stop_with_parent() -> None:

@@ -37,7 +37,7 @@ import torch
 from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, save_full_model, wrap_model
-from growlm.errors import GrowlmError, digest, stop_with_parent
+from growlm.errors import GrowlmError, digest, package_env, stop_with_parent
 from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
@@ -154,13 +154,6 @@ def launch_command(nproc: int, module_args: list, *, python: str | None = None) 
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             "-m", "growlm.torchrun", *[str(a) for a in module_args]]
 
-
-def _package_env() -> dict:
-    """The environment of a child process that must import this very growlm (installed or not)."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 
@@ -347,7 +340,7 @@ def run_job(job: TrainingJob, *, nproc: int = 1, model: torch.nn.Module | None =
         (ckpt / "job.json").write_text(job.to_json())
         cmd = launch_command(nproc, [ckpt / "job.json"])
         log(f"launching {nproc} processes: {' '.join(cmd)}")
-        proc = subprocess.run(cmd, env=_package_env(), preexec_fn=stop_with_parent)  # stops with this job
+        proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent)  # stops with this job
         if proc.returncode != 0:
             raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes "
                               f"from {ckpt} when rerun")

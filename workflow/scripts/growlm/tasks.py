@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, package_env
 
 # the tasks growlm ships, by name: the folder under workflow/resources/tasks/ that holds each one's YAML
 BUNDLED = ("growlm_cloze",)
@@ -91,9 +91,8 @@ def harness_version() -> str | None:
 
 def _ask(args: list[str]) -> dict:
     """Run this module's command line in a child process (the harness's imports and logging stay there)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "growlm.tasks", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "growlm.tasks", *args], env=package_env(), capture_output=True,
+                          text=True)
     if proc.returncode:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise GrowlmError(f"lm-evaluation-harness could not list its tasks: {tail}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import jsonschema
 import numpy as np
 import yaml
 
-from growlm.errors import GrowlmError
+from growlm.errors import GrowlmError, package_env
 from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
                                plugin_files, refine_steps, trunk_tokens)
 from growlm.flops import matmul_params, train_flops_per_token
@@ -708,10 +707,8 @@ def check_plugin_operators(config: dict, sweep: dict, spec_file: str | Path) -> 
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"plugins": config["grow"]["plugins"], "checks": plugin_checks(config, sweep)},
                                indent=2))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=package_env(),
+                          capture_output=True, text=True)
     if proc.returncode:
         raise GrowlmError((proc.stderr.strip().splitlines() or ["the plugin check failed"])[-1])
     return proc.stdout.strip()

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from growlm.errors import GrowlmError, user_errors
+from growlm.errors import GrowlmError, package_env, user_errors
 from growlm.profiling.demo import DEMO_WORKLOAD
 from growlm.profiling.ranges import (CAPTURE_RANGE, ENV_PROFILE_DIR, ENV_PROFILER, ENV_STEPS, ENV_WARMUP,
                                      NVTX_DOMAIN, write_json)
@@ -61,9 +61,7 @@ def _workload_env(mode: str, out_dir: Path, steps: int, warmup: int, extra: dict
     env.update({ENV_PROFILER: mode, ENV_PROFILE_DIR: str(out_dir), ENV_STEPS: str(steps),
                 ENV_WARMUP: str(warmup)})
     # The profiled process must find growlm even when it is not installed (e.g. a bare GPU box).
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
-    return env
+    return package_env(env)
 
 
 def _attempt_nsys(nsys, cmd, out_dir, env, timeout, *, cuda: bool = True) -> tuple[bool, str, list]:
