@@ -128,6 +128,7 @@ TABLE = {
     "vcycle.alpha": ("vcycle: {alpha: 0.4}", {"grow"}, set()),
     "vcycle.embeddings": ("vcycle: {embeddings: sum}", {"grow"}, set()),
     "vcycle.final_share": ("vcycle: {final_share: 0.4}", {"refine"}, set()),  # the V-cycle's refinement only
+    "vcycle.final_warmup": ("vcycle: {final_warmup: 0.1}", {"refine"}, set()),
     "apollo.share": ("apollo: {share: 0.2}", {"grow"}, set()),
     "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
     "apollo.stages": ("apollo: {stages: equal}", {"grow"}, set()),

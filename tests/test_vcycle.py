@@ -155,3 +155,5 @@ def test_the_refinement_follows_the_v_cycle_recipe():
     vc = refine_settings(config, "vcycle", seed=0, tokens=6400, lr=1e-3)
     assert (common["tokens"], common["warmup_steps"]) == (6400, 3)
     assert (vc["tokens"], vc["warmup_steps"]) == (3200, 0)  # half the budget, restarting at the peak
+    config["vcycle"]["final_warmup"] = 0.1  # a tenth of the last stage's 50 steps warming up again
+    assert refine_settings(config, "vcycle", seed=0, tokens=6400, lr=1e-3)["warmup_steps"] == 5

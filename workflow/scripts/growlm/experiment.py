@@ -257,7 +257,7 @@ def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, s
         budgets = normalise_sweep(config)["budgets"]
         train = train_config(config, "large", seed=int(seed) + 104729, tokens=min(int(b) for b in budgets),
                              lr=float(normalise_sweep(config)["lrs"][0])).run_settings()
-        stages = {k: v for k, v in vc.items() if k != "final_share"}  # the last stage is the refinement's
+        stages = {k: v for k, v in vc.items() if k not in ("final_share", "final_warmup")}  # the refinement's
         return canonical({"vcycle": stages, "train": train, "model": model,
                           "memory_limit_gb": config["resources"]["memory_limit_gb"]})
     # the Apollo-style control: its schedule a share of the reference budget (the shortest of the

@@ -91,9 +91,11 @@ def refine_recipe(config: dict, method: str, settings: dict) -> dict:
     out = dict(settings)
     chain = method_chain(method)
     if method in ("vcycle", "apollo"):  # the schedule's last stage: a share of the budget, no re-warm-up
-        share = float((config.get(method) or {}).get("final_share", 0.5 if method == "vcycle" else 0.75))
+        section = config.get(method) or {}
+        share = float(section.get("final_share", 0.5 if method == "vcycle" else 0.75))
         out["tokens"] = max(1, int(round(share * int(settings["tokens"]))))
-        out["warmup_steps"] = 0
+        steps = out["tokens"] // (int(settings["batch_size"]) * int(settings["context"]))
+        out["warmup_steps"] = int(round(float(section.get("final_warmup", 0)) * steps))
     if "lemon" in chain and "decay_share" not in (config["train"].get("refine") or {}):
         out["decay_share"] = float(LEMON_DECAY_SHARE)
     return out
