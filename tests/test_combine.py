@@ -188,6 +188,7 @@ def test_teachers_forward_flops_are_in_the_refinement_ledger(tmp_path):
         step = int(r["step"])
         assert int(float(r["flops"])) == step * tps * per_token + min(step, 3) * tps * teacher
     assert summary["teacher_flops"] == 3 * tps * teacher
+    assert summary["refiner_flops"] == {"teach": 3 * tps * teacher}
     assert summary["flops"] == 8 * tps * per_token + 3 * tps * teacher
 
 

@@ -389,7 +389,9 @@ class Run:
             self.gpu_settings["mfu"] = mfu(achieved or 0.0, self.gpu_settings["peak_flops"])
         total = self.flops(cfg.steps)
         return {"steps": cfg.steps, "tokens": cfg.steps * self.tokens_per_step, "flops": total,
+                # what the refiners added (the teachers' forward passes), in all and by refiner
                 "teacher_flops": total - cfg.steps * self.tokens_per_step * self.flops_per_token,
+                "refiner_flops": {r.name: r.flops(cfg.steps, self.tokens_per_step) for r in self.refiners},
                 "wall_s": self.wall(), "final_val_loss": self.rows[-1]["val_loss"],
                 "flops_per_token": self.flops_per_token, "model_flops_per_s": achieved,
                 "gpu_settings": self.gpu_settings, "config": cfg.to_dict()}
