@@ -304,10 +304,11 @@ def test_two_experiments_in_one_folder_keep_both_reports(tiny_copy):
     proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "corpus={val_fraction: 0.1}")
     assert "holds the experiment 'tiny' made with other settings (corpus.val_fraction" in proc.stderr
     assert "--config experiment=NAME" in proc.stderr
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "--config", "experiment=tiny2",
-                  "corpus={val_fraction: 0.1}")
-    run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--config", "experiment=tiny2",
-                  "corpus={val_fraction: 0.1}", "--report", "results/tiny2/report.html")
+    # the second experiment: one method, no profiling and no control arms (what it needs to be another one)
+    second = ["--config", "experiment=tiny2", "corpus={val_fraction: 0.1}", "methods=[[concat, zero_block]]",
+              "profile={tools: []}", "controls={single_member: false, ensemble: false}"]
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), *second)
+    run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), *second, "--report", "results/tiny2/report.html")
     assert (wd / "results/tiny2/report.html").stat().st_size > 100_000
     assert (wd / TINY_RESULTS / "report.html").stat().st_size > 100_000
     after = {p: p.stat().st_mtime_ns for p in (wd / TINY_RESULTS).rglob("*") if p.is_file()}

@@ -45,10 +45,12 @@ def rows(wd: Path, experiment: str) -> list[dict]:
 @pytest.mark.slow
 def test_the_tiny_workflow_runs_in_the_llama_family(workflow_dir):
     wd = workflow_dir
-    (wd / "llama.yaml").write_text("experiment: tiny_llama\nmodel: {family: llama}\n" + FAST)
+    # one method here: every operator's Llama form is checked for exactness in tests/test_families.py
+    (wd / "llama.yaml").write_text("experiment: tiny_llama\nmodel: {family: llama}\nmethods: [[concat, zero_block]]\n"
+                                   + FAST)
     run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "llama.yaml")
     got = rows(wd, "tiny_llama")
-    assert {r["method"] for r in got} == {"hyperclone+zero_block", "concat+zero_block"}
+    assert {r["method"] for r in got} == {"concat+zero_block"}
     assert all(float(r["m1_final_val_loss"]) < float(r["m1_step0_val_loss"]) for r in got)
     for kind in ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0",
                  "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
@@ -76,7 +78,10 @@ def test_the_workflow_grows_pretrained_members_of_both_families(workflow_dir):
         f"experiment: pre_gpt2\nmethods: [[concat, zero_block]]\n"
         f"members: {{pretrained: {json.dumps(gpt2_members)}, cost: {{tokens: 50000}}}}\n" + FAST)
     for overlay, family, cls in (("pre_llama", "llama", LlamaForCausalLM), ("pre_gpt2", "gpt2", GPT2LMHeadModel)):
-        run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), f"{overlay}.yaml")
+        # the Llama run makes the report (its words on the members' cost are checked); the GPT-2 one stops at
+        # the comparison
+        targets = [] if family == "llama" else [f"results/{overlay}/eval/comparison.csv"]
+        run_snakemake(wd, *targets, "--cores", "2", "--configfile", str(TINY), f"{overlay}.yaml")
         (row,) = rows(wd, overlay)
         member_vocab = json.loads(Path(f"{wd}/mine_{family}/m1/config.json").read_text())["vocab_size"]
         for kind in ("baseline/d32_L2/t24000_lr0.003/s0", f"refined/{row['method']}/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
@@ -85,8 +90,8 @@ def test_the_workflow_grows_pretrained_members_of_both_families(workflow_dir):
         tok = json.loads((wd / "results" / overlay / "tokenizer" / "tokenizer.json").read_text())
         assert tok == json.loads(Path(f"{wd}/mine_{family}/m1/tokenizer.json").read_text())  # the members' own
         assert not (wd / "results" / overlay / "models" / "small").exists()  # no member trained
-        report = (wd / "results" / overlay / "report" / "summary.rst").read_text()
         if family == "llama":
+            report = (wd / "results" / overlay / "report" / "summary.rst").read_text()
             assert row["members_cost"] == "unknown" and row["cost_ratio"] == "" and row["small_flops"] == ""
             assert float(row["cost_ratio_small_free"] or "nan") > 0 or row["reached"] == "False"
             assert "the members' own training cost is not counted" in report or "did not reach" in report

@@ -275,7 +275,10 @@ def test_three_named_levels_from_your_own_data_run_end_to_end(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     overlay = write_own_corpus(wd)
     tiny = wd / "tests" / "config" / "tiny.yaml"
-    run_snakemake(wd, "--cores", "2", "--configfile", str(tiny), str(overlay))
+    fast = wd / "fast.yaml"  # one method, no profiling, no control arms: the corpus is what is tested here
+    fast.write_text("methods: [[concat, zero_block]]\nprofile: {tools: []}\n"
+                    "controls: {single_member: false, ensemble: false}\n")
+    run_snakemake(wd, "--cores", "2", "--configfile", str(tiny), str(overlay), str(fast))
     comparison = (wd / "results" / "tiny" / "eval" / "comparison.csv").read_text()
     assert "readers" in comparison.splitlines()[1]  # test_level
     metrics = json.loads((wd / "results/tiny/eval/small/d16_L1/s0/m1/metrics.json").read_text())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import time
 import traceback
 
@@ -58,6 +59,11 @@ def run_task(model_dir, spec: dict, *, device: str, limit: int | None = None, lo
                           "bootstrap_iters": BOOTSTRAP_ITERS, "folder": spec.get("folder")}
     t0 = time.perf_counter()
     try:
+        # The harness bootstraps the standard error of perplexity in a multiprocessing pool started by fork
+        # unless DISABLE_MULTIPROC is set. A fork of a process that holds torch's threads can hang: the child
+        # waits for ever on a lock held at the moment of the fork (seen in the tests, a one-in-a-few-runs
+        # hang). 1000 resamples in this process take well under a second.
+        os.environ.setdefault("DISABLE_MULTIPROC", "1")
         from lm_eval import simple_evaluate  # optional dependency (the eval extra)
         from lm_eval.models.huggingface import HFLM  # optional dependency (the eval extra)
         from lm_eval.tasks import TaskManager  # optional dependency (the eval extra)
