@@ -371,13 +371,19 @@ def test_wrong_shape_and_false_exactness_are_caught_before_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_path):
-    """The tutorial's operator against msg with teachers in the tiny experiment: it is grown, refined,
-    compared (members counted) and reported like a built-in method; a broken plugin in the same
-    folder stops the run before any job, naming the file."""
+def test_plugins_and_a_shared_trunk_run_compared_and_costed_through_one_tiny_workflow(tmp_path):
+    """One tiny workflow, two subjects (one run, to keep the suite short):
+
+    - the tutorial's operator and refiner beside msg with teachers: grown, refined, compared (members
+      counted) and reported like built-in methods; a broken plugin in the same folder stops the run before
+      any job, naming the file;
+    - members.trunk: one trunk trained once on all of the members' text, each member branching from it on
+      its own cluster of books; [merge, msg] aligns and averages the branches and grows them. The trunk is
+      paid for once in the comparison, by every arm that uses the members."""
     wd = copy_workflow(tmp_path / "wf")  # with examples/
     overlay = tmp_path / "plugin.yaml"
-    overlay.write_text("methods: [[msg, teach], average_then_grow, [msg, smooth_labels]]\n"
+    overlay.write_text("methods: [[merge, msg], [msg, teach], average_then_grow, [msg, smooth_labels]]\n"
+                       "members: {data: clusters, shards: 2, trunk: 0.5}\n"
                        "grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}\n"
                        "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
     (wd / "examples" / "broken.py").write_text(
@@ -394,7 +400,9 @@ def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_
 
     run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
     rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/tiny/eval/comparison.csv"))}
-    assert set(rows) == {"msg+teach", "average_then_grow", "msg+smooth_labels"}
+    assert set(rows) == {"merge+msg", "msg+teach", "average_then_grow", "msg+smooth_labels"}
+
+    # the plugins
     assert int(rows["average_then_grow"]["members_used"]) == 2 and int(rows["msg+teach"]["members_used"]) == 2
     assert float(rows["average_then_grow"]["small_flops"]) == float(rows["msg+teach"]["small_flops"]) > 0
     growth = json.loads(next((wd / "results/tiny/models/grown/average_then_grow").rglob("growth.json")).read_text())
@@ -406,17 +414,7 @@ def test_a_plugin_operator_runs_compared_and_costed_through_a_tiny_workflow(tmp_
     assert smoothed["refiners"]["smooth_labels"]["smoothing"] == 0.1 and smoothed["refiners"]["smooth_labels"][
         "smooth_steps"] > 0
 
-
-@pytest.mark.slow
-def test_members_branch_from_a_shared_trunk_on_clusters_and_merge_then_grow(tmp_path):
-    """members.trunk: one trunk trained once on all of the members' text, each member branching from
-    it on its own cluster of books; [merge, msg] aligns and averages the branches and grows them.
-    The trunk is paid for once in the comparison."""
-    wd = copy_workflow(tmp_path / "wf")
-    overlay = tmp_path / "trunk.yaml"
-    overlay.write_text("methods: [[merge, msg]]\nmembers: {data: clusters, shards: 2, trunk: 0.5}\n"
-                       "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
+    # the shared trunk
     trunk = wd / "results/tiny/models/trunk/d16_L1/s0"
     trunk_meta = json.loads((trunk / "growlm.json").read_text())
     members = [json.loads((wd / f"results/tiny/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
@@ -427,7 +425,9 @@ def test_members_branch_from_a_shared_trunk_on_clusters_and_merge_then_grow(tmp_
     trunk_last = list(csv.DictReader(open(trunk / "ledger.csv")))[-1]["val_loss"]
     first = list(csv.DictReader(open(wd / "results/tiny/models/small/d16_L1/s0/m1/ledger.csv")))[0]
     assert first["step"] == "0" and first["val_loss"] == trunk_last
-    (row,) = list(csv.DictReader(open(wd / "results/tiny/eval/comparison.csv")))
-    assert row["method"] == "merge+msg" and int(row["members_used"]) == 2
-    expected = trunk_meta["train"]["flops"] + sum(m["train"]["flops"] for m in members)
-    assert float(row["small_flops"]) == pytest.approx(expected)
+    assert int(rows["merge+msg"]["members_used"]) == 2
+    for row in rows.values():  # the trunk once, then the branches the arm uses (msg alone: m_1)
+        used = int(row["members_used"])
+        assert used == (1 if row["method"] == "msg+smooth_labels" else 2)
+        expected = trunk_meta["train"]["flops"] + sum(m["train"]["flops"] for m in members[:used])
+        assert float(row["small_flops"]) == pytest.approx(expected)

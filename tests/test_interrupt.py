@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SNAKEMAKE, TINY, copy_workflow
+from conftest import SNAKEMAKE, TINY
 
 LONG = """
 n: [1]
@@ -64,8 +65,11 @@ def job_processes(wd: Path) -> list[int]:
 
 
 @pytest.fixture
-def long_run(tmp_path):
-    wd = copy_workflow(tmp_path / "wf").resolve()
+def long_run(tiny_run, tmp_path):
+    """A copy of the finished tiny run (its corpus and tokens are reused) whose member now trains longer:
+    the member's job runs again, long enough to be interrupted."""
+    wd = (tmp_path / "wf").resolve()
+    shutil.copytree(tiny_run, wd, symlinks=True)
     (wd / "long.yaml").write_text(LONG)
     return wd
 

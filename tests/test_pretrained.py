@@ -43,23 +43,26 @@ def rows(wd: Path, experiment: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_tiny_workflow_runs_in_the_llama_family(workflow_dir):
-    wd = workflow_dir
-    # one method here: every operator's Llama form is checked for exactness in tests/test_families.py
-    (wd / "llama.yaml").write_text("experiment: tiny_llama\nmodel: {family: llama}\nmethods: [[concat, zero_block]]\n"
-                                   + FAST)
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "llama.yaml")
-    got = rows(wd, "tiny_llama")
+def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
+    """The tiny experiment again in the Llama family, in a copy of its GPT-2 run: the corpus and tokenizer
+    stay, every model is made again (the family is a setting of every model job). One method here: every
+    operator's Llama form is checked for exactness in tests/test_families.py."""
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
+    proc = run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "llama.yaml")
+    assert "fit_tokenizer" not in proc.stdout + proc.stderr and "train_small" in proc.stdout + proc.stderr
+    got = rows(wd, "tiny")
     assert {r["method"] for r in got} == {"concat+zero_block"}
     assert all(float(r["m1_final_val_loss"]) < float(r["m1_step0_val_loss"]) for r in got)
     for kind in ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0",
                  "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
-        folder = wd / "results" / "tiny_llama" / "models" / kind
+        folder = wd / "results" / "tiny" / "models" / kind
         model = AutoModelForCausalLM.from_pretrained(folder)
         assert type(model) is LlamaForCausalLM and model.config.num_key_value_heads * 2 == \
             model.config.num_attention_heads
     # the grown model started where its members' logit average was (concat is exact in Llama too)
-    ledger = list(csv.DictReader(open(wd / "results/tiny_llama/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/"
+    ledger = list(csv.DictReader(open(wd / "results/tiny/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/"
                                           "t24000_lr0.003/s0/ledger.csv")))
     assert ledger[0]["step"] == "0" and float(ledger[0]["val_loss"]) > 0
 
