@@ -41,10 +41,11 @@ def test_snakedeploy_deploys_a_workflow_that_runs(tmp_path):
     (hide / "sitecustomize.py").write_text(
         "import sys\nsys.path[:] = [p for p in sys.path if not p.endswith('workflow/scripts')]\n")
     env = {**os.environ, "PYTHONPATH": str(hide)}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "results/corpus/level0/stats.json"],
+    book = "pg14642_mcguffey_eclectic_primer"  # one bundled book's preparation
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", f"results/corpus/sources/{book}/source.json"],
                           cwd=dest, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    log = (dest / "results" / "logs" / "build_level" / "level0.log").read_text()
+    log = (dest / "results" / "logs" / "prepare_source" / f"{book}.log").read_text()
     assert f"library {src / 'workflow' / 'scripts' / 'growlm'}" in log, log[:500]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -377,19 +378,19 @@ def test_preemption_requeue_resumes_without_snakemake_retry(cluster, tmp_path):
     assert result["resumed_from"] >= step > 0, lines
 
 
-def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tmp_path):
+def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_path):
     """The real workflow (tiny config, one member, one method, GPU jobs on the fake GPU) through
     profiles/slurm-local; the scheduler shows the training jobs with the resources they asked for.
-    The corpus, tokenizer and token files are made first with the local executor, so that the
-    cluster runs the training, growth and evaluation jobs (the slow part here is the plugin's
-    status polling)."""
+    The corpus, tokenizer and token files are those of the finished tiny run (a copy, its models
+    removed), so that the cluster runs the training, growth and evaluation jobs (the slow part here is
+    the plugin's status polling)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from conftest import TINY, copy_workflow, run_snakemake
+    from conftest import TINY
 
-    wd = copy_workflow(tmp_path / "wf")
-    tokens = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
-    # targets before --configfile, which takes every following word
-    run_snakemake(wd, "--cores", "2", "results/tiny/tokenizer/tokenizer.json", *tokens, "--configfile", str(TINY))
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    for made in ("models", "checkpoints", "eval", "report", "profile"):
+        shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
