@@ -6,7 +6,7 @@ comparison.csv as bench/savings.py does: per family and method, how many seeds r
 validation loss, the cost ratio with the members counted and free (mean and standard deviation over
 the seeds that reached it), and the final losses.
 
-    .venv/bin/python bench/families.py                      # about 1.5 hours on 2 cores
+    .venv/bin/python bench/families.py                      # about 1.5 hours a family on 2 cores
     .venv/bin/python bench/families.py --summarise-only
 """
 
