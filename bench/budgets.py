@@ -10,7 +10,7 @@ and *best* validation loss (the lowest of its evaluations; an arm that overfits 
 at its own best rate per budget (the workflow's choice, `lr_sweep.csv`). The best losses answer the question
 that a longer budget raises: does the grown model end lower than training from scratch ever gets on this data?
 
-Writes bench/results/budgets_table.csv, prints it, and draws bench/results/budgets.svg (cost ratio against
+Writes bench/results/budgets_table.csv, prints it, and draws bench/results/budgets_table.svg beside it (cost ratio against
 M_0's budget, members counted and free; each arm's best loss against the budget).
 """
 
