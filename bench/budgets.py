@@ -39,13 +39,14 @@ def table(run: Path) -> pd.DataFrame:
     df = comparison.join(m0.add_prefix("m0_"), on=["method", "seed", "budget"]) \
                    .join(m1.add_prefix("m1_"), on=["method", "seed", "budget"])
     df["reached"] = df["m1_flops_to_m0_loss"].notna()
+    df["m1_best_below_m0_best"] = df["m1_best"] < df["m0_best"]
     out = df.groupby(["method", "budget"]).agg(
         seeds=("seed", "nunique"), reached=("reached", "sum"), m0_lr=("m0_lr", "first"), m1_lr=("m1_lr", "first"),
         cost_ratio=("cost_ratio", "mean"), cost_ratio_std=("cost_ratio", "std"),
         small_free=("cost_ratio_small_free", "mean"), small_free_std=("cost_ratio_small_free", "std"),
         m0_final=("m0_final", "mean"), m0_best=("m0_best", "mean"),
         m1_final=("m1_final", "mean"), m1_best=("m1_best", "mean"),
-        m1_best_below_m0_best=("m1_best", lambda s: int((s.values < df.loc[s.index, "m0_best"].values).sum())),
+        m1_best_below_m0_best=("m1_best_below_m0_best", "sum"),
     ).reset_index()
     return out.sort_values(["method", "budget"])
 
