@@ -74,6 +74,9 @@ def test_apollo_runs_a_share_of_the_budget_at_the_large_rate_then_the_rest_witho
     assert s == {"tokens": 300_000, "stages": "authors", "lr": 4e-3, "warmup_steps": round(0.025 * steps)}
     r = refine_settings(c, "apollo", seed=0, tokens=2_400_000, lr=8e-3)
     assert (r["tokens"], r["warmup_steps"], r["lr"]) == (1_800_000, 0, 8e-3)
+    c["apollo"]["final_warmup"] = 0.1  # a tenth of the refinement warming up again (growlm's first variant did)
+    r = refine_settings(c, "apollo", seed=0, tokens=2_400_000, lr=8e-3)
+    assert r["warmup_steps"] == round(0.1 * (1_800_000 // (c["train"]["large"]["batch_size"] * c["model"]["context"])))
     c["apollo"] = {**c["apollo"], "tokens": 90_000, "lr": 1e-3, "warmup_steps": 5, "stages": "equal"}
     assert schedule_settings(c, "apollo", n_embd=128, n_layer=4, seed=0)["apollo"] == {
         "tokens": 90_000, "stages": "equal", "lr": 1e-3, "warmup_steps": 5}

@@ -133,6 +133,7 @@ TABLE = {
     "apollo.tokens": ("apollo: {tokens: 9000}", {"grow"}, set()),
     "apollo.stages": ("apollo: {stages: equal}", {"grow"}, set()),
     "apollo.final_share": ("apollo: {final_share: 0.5}", {"refine"}, set()),  # Apollo's refinement only
+    "apollo.final_warmup": ("apollo: {final_warmup: 0.1}", {"refine"}, set()),
     "apollo.lr": ("apollo: {lr: 0.001}", {"grow"}, set()),
     "apollo.warmup_steps": ("apollo: {warmup_steps: 5}", {"grow"}, set()),
     "grow.options": ("grow: {options: {msg: {ramp_steps: 5}}}", {"grow", "refine"}, set()),  # refine: its ramp
