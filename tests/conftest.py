@@ -61,6 +61,21 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
     return proc
 
 
+def check_profile_tables(folder: Path, tool: str, made_by: str) -> None:
+    """A profiling job's tables (summary.csv, phases.csv) name the profiler that made them and the tool
+    asked for; a fallback says which tool it stands in for and why; every phase of a step was timed."""
+    import pandas as pd
+
+    summary = pd.read_csv(folder / "summary.csv")
+    assert summary.loc[0, "profiler"] == made_by and summary.loc[0, "requested_tool"] == tool
+    assert summary.loc[0, "window_steps"] > 0 and summary.loc[0, "peak_memory_mb"] > 0
+    if made_by == "torch-cpu":
+        assert f"{tool}:" in summary.loc[0, "notes"]  # the fallback names the tool and why
+    phases = pd.read_csv(folder / "phases.csv")
+    assert {"data", "forward", "backward", "optimizer"} <= set(phases["phase"])
+    assert (phases["profiler"] == made_by).all() and (phases["total_ms"] > 0).all()
+
+
 def job_counts(dry_run_stdout: str) -> dict[str, int]:
     """Parse the 'Job stats' table of a dry run into {rule: count}."""
     counts, in_table = {}, False

@@ -25,7 +25,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, TINY, copy_workflow, job_counts, run_snakemake
+from conftest import REPO, TINY, check_profile_tables, copy_workflow, job_counts, run_snakemake
 from growlm.errors import GrowlmError
 from growlm.flops import train_flops_per_token
 from growlm.memory import estimate as P
@@ -166,6 +166,10 @@ def test_the_gpu_recipe_runs_on_the_cpu_at_a_reduced_size(tmp_path):
     plan = json.loads((wd / "results" / "gpu" / "models" / "baseline" / "d32_L2" / "t24000_lr0.003" / "s0" /
                        "plan.json").read_text())
     assert plan["made_for"]["gpu_share"] == 0.5
+    for kind in ("small", "baseline", "refine"):  # Nsight Compute without a GPU: torch.profiler's tables, saying why
+        folder = wd / "results" / "gpu" / "profile" / "ncu" / kind
+        assert json.loads((folder / "tools.json").read_text())["cuda"] is False
+        check_profile_tables(folder, "ncu", "torch-cpu")
     intervals = job_intervals(wd / "results" / "gpu")
     assert len(intervals) == 2 + 1 + 2 + 3 + 5 + 1  # members, M_0, refinements, profiles, evaluations
     assert most_at_once(intervals) <= 2
