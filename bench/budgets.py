@@ -12,6 +12,14 @@ that a longer budget raises: does the grown model end lower than training from s
 
 Writes bench/results/budgets_table.csv, prints it, and draws bench/results/budgets_table.svg beside it (cost ratio against
 M_0's budget, members counted and free; each arm's best loss against the budget).
+
+A budget too long to sweep rates at (bench/budgets_long.yaml) trains each large arm at one rate only, so the
+workflow's own comparison (every arm at every rate) is not made; `--fixed-rates` makes the same rows with
+growlm's own comparison function (growlm.compare.compare_one: M_1 at its rate against M_0 at its rate) from the
+models the run has, and `--long-targets` prints the models to ask the workflow for:
+
+    .venv/bin/python bench/budgets.py --run-dir bench/run_budgets_long --fixed-rates \
+        --out bench/results/budgets_long_table.csv
 """
 
 from __future__ import annotations
@@ -31,9 +39,63 @@ def best_losses(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"final": g.last(), "best": g.min()}).reset_index()
 
 
-def table(run: Path) -> pd.DataFrame:
-    comparison = pd.read_csv(run / "results" / "eval" / "comparison.csv")
-    losses = best_losses(pd.read_csv(run / "results" / "eval" / "curves.csv"))
+# The long budget's arms (bench/budgets_long.yaml): one rate each, the one that was best at every smaller budget.
+LONG = {"budget": 25_600_000, "seeds": (0, 1, 2), "m0_lr": "0.004", "m1_lr": "0.008",
+        "methods": ("msg", "msg_members+carry"), "d0": 32, "L0": 2, "d1": 64, "L1": 4, "n": 2}
+PATHS = {"baseline": "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}",
+         "grown": "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}",
+         "refined": "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"}
+
+
+def long_combos() -> list[dict]:
+    keys = {k: LONG[k] for k in ("d0", "L0", "d1", "L1", "n", "budget")}
+    return [{**keys, "method": m, "seed": s, "lr": LONG["m1_lr"]} for s in LONG["seeds"] for m in LONG["methods"]]
+
+
+def long_targets() -> list[str]:
+    """The evaluation files of the long budget's nine models (M_0 and both arms, three seeds): what
+    bench/budgets_long.yaml asks the workflow for."""
+    out = []
+    for c in long_combos():
+        out.append(PATHS["refined"].format(**c).replace("models/", "eval/", 1) + "/metrics.json")
+        m0 = PATHS["baseline"].format(**{**c, "lr": LONG["m0_lr"]}).replace("models/", "eval/", 1) + "/metrics.json"
+        if m0 not in out:
+            out.append(m0)
+    return out
+
+
+def fixed_rate_comparison(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparison rows and curves of the long budget's models, each M_1 against M_0 at the fixed rates,
+    made by the function the workflow's compare rule uses (growlm.compare.compare_one)."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+    from growlm.compare import compare_one
+
+    here = os.getcwd()
+    os.chdir(run)  # the growth records name the members' folders relative to the run
+    try:
+        rows, curves = [], []
+        for c in long_combos():
+            if not Path(PATHS["refined"].format(**c), "ledger.csv").is_file():
+                print(f"not trained (left out): {c['method']} seed {c['seed']}")
+                continue
+            row, cs = compare_one(c, PATHS, m0_lr=LONG["m0_lr"])
+            rows.append(row)
+            curves.extend(cs)
+    finally:
+        os.chdir(here)
+    return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+def table(run: Path, fixed_rates: bool = False) -> pd.DataFrame:
+    if fixed_rates:
+        comparison, curves = fixed_rate_comparison(run)
+    else:
+        comparison = pd.read_csv(run / "results" / "eval" / "comparison.csv")
+        curves = pd.read_csv(run / "results" / "eval" / "curves.csv")
+    losses = best_losses(curves)
     m0 = losses[losses["arm"].str.startswith("M_0")].groupby(["method", "seed", "budget"])[["final", "best"]].first()
     m1 = losses[losses["arm"].str.startswith("M_1")].groupby(["method", "seed", "budget"])[["final", "best"]].first()
     df = comparison.join(m0.add_prefix("m0_"), on=["method", "seed", "budget"]) \
@@ -81,8 +143,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default=str(REPO / "bench" / "run_budgets"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "budgets_table.csv"))
+    ap.add_argument("--fixed-rates", action="store_true",
+                    help="the long budget's models at their fixed rates (bench/budgets_long.yaml), not the workflow's comparison")
+    ap.add_argument("--long-targets", action="store_true", help="print the long budget's targets and stop")
     args = ap.parse_args(argv)
-    t = table(Path(args.run_dir))
+    if args.long_targets:
+        print(" ".join(long_targets()))
+        return 0
+    t = table(Path(args.run_dir), fixed_rates=args.fixed_rates)
     t.to_csv(args.out, index=False)
     plot(t, Path(args.out).with_suffix(".svg"))
     with pd.option_context("display.width", 220, "display.max_columns", 30):
