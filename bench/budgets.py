@@ -19,7 +19,7 @@ growlm's own comparison function (growlm.compare.compare_one: M_1 at its rate ag
 models the run has, and `--long-targets` prints the models to ask the workflow for:
 
     .venv/bin/python bench/budgets.py --run-dir bench/run_budgets_long --fixed-rates \
-        --out bench/results/budgets_long_table.csv
+        --out bench/results/budgets_long_table.csv --plot-with bench/results/budgets_table.csv
 """
 
 from __future__ import annotations
@@ -146,13 +146,17 @@ def main(argv=None) -> int:
     ap.add_argument("--fixed-rates", action="store_true",
                     help="the long budget's models at their fixed rates (bench/budgets_long.yaml), not the workflow's comparison")
     ap.add_argument("--long-targets", action="store_true", help="print the long budget's targets and stop")
+    ap.add_argument("--plot-with", action="append", default=[], metavar="CSV",
+                    help="another table of this script's to draw in the plot (e.g. bench/results/budgets_table.csv)")
     args = ap.parse_args(argv)
     if args.long_targets:
         print(" ".join(long_targets()))
         return 0
     t = table(Path(args.run_dir), fixed_rates=args.fixed_rates)
     t.to_csv(args.out, index=False)
-    plot(t, Path(args.out).with_suffix(".svg"))
+    # the plot draws the tables given with --plot-with too (the swept budgets beside the long one)
+    plot(pd.concat([*(pd.read_csv(f) for f in args.plot_with), t], ignore_index=True).sort_values(["method", "budget"]),
+         Path(args.out).with_suffix(".svg"))
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(t.round(3).to_string(index=False))
     return 0
