@@ -10,7 +10,7 @@ and *best* validation loss (the lowest of its evaluations; an arm that overfits 
 at its own best rate per budget (the workflow's choice, `lr_sweep.csv`). The best losses answer the question
 that a longer budget raises: does the grown model end lower than training from scratch ever gets on this data?
 
-Writes bench/results/budgets_table.csv, prints it, and draws bench/results/budgets_table.svg beside it (cost ratio against
+Writes bench/results/budgets_table.csv (and its rows per seed, budgets_table_seeds.csv), prints it, and draws bench/results/budgets_table.svg beside it (cost ratio against
 M_0's budget, members counted and free; each arm's best loss against the budget).
 
 A budget too long to sweep rates at (bench/budgets_long.yaml) trains each large arm at one rate only, so the
@@ -89,7 +89,8 @@ def fixed_rate_comparison(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def table(run: Path, fixed_rates: bool = False) -> pd.DataFrame:
+def seed_rows(run: Path, fixed_rates: bool = False) -> pd.DataFrame:
+    """One row per arm, budget and seed: reached or not, the cost ratios, M_0's and M_1's final and best loss."""
     if fixed_rates:
         comparison, curves = fixed_rate_comparison(run)
     else:
@@ -102,6 +103,12 @@ def table(run: Path, fixed_rates: bool = False) -> pd.DataFrame:
                    .join(m1.add_prefix("m1_"), on=["method", "seed", "budget"])
     df["reached"] = df["m1_flops_to_m0_loss"].notna()
     df["m1_best_below_m0_best"] = df["m1_best"] < df["m0_best"]
+    return df[["method", "budget", "seed", "m0_lr", "m1_lr", "reached", "cost_ratio", "cost_ratio_small_free",
+               "m0_final", "m0_best", "m1_final", "m1_best", "m1_best_below_m0_best"]]
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and budget, over the seeds (`seed_rows`)."""
     out = df.groupby(["method", "budget"]).agg(
         seeds=("seed", "nunique"), reached=("reached", "sum"), m0_lr=("m0_lr", "first"), m1_lr=("m1_lr", "first"),
         cost_ratio=("cost_ratio", "mean"), cost_ratio_std=("cost_ratio", "std"),
@@ -145,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "budgets_table.csv"))
     ap.add_argument("--fixed-rates", action="store_true",
                     help="the long budget's models at their fixed rates (bench/budgets_long.yaml), not the workflow's comparison")
+    ap.add_argument("--seeds-out", default=None,
+                    help="where the per-seed rows go (default: beside --out, named <out>_seeds.csv)")
     ap.add_argument("--long-targets", action="store_true", help="print the long budget's targets and stop")
     ap.add_argument("--plot-with", action="append", default=[], metavar="CSV",
                     help="another table of this script's to draw in the plot (e.g. bench/results/budgets_table.csv)")
@@ -152,7 +161,10 @@ def main(argv=None) -> int:
     if args.long_targets:
         print(" ".join(long_targets()))
         return 0
-    t = table(Path(args.run_dir), fixed_rates=args.fixed_rates)
+    rows = seed_rows(Path(args.run_dir), fixed_rates=args.fixed_rates)
+    rows.sort_values(["method", "budget", "seed"]).to_csv(args.seeds_out or Path(args.out).with_name(
+        Path(args.out).stem + "_seeds.csv"), index=False)
+    t = table(rows)
     t.to_csv(args.out, index=False)
     # the plot draws the tables given with --plot-with too (the swept budgets beside the long one)
     plot(pd.concat([*(pd.read_csv(f) for f in args.plot_with), t], ignore_index=True).sort_values(["method", "budget"]),

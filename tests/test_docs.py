@@ -3,7 +3,7 @@
 The operator tables of docs/methods.md are `growlm.methods.method_table()`'s render of the operators'
 descriptions (`.venv/bin/python docs/tables.py` writes them); every relative link of the README, the
 manual, CONTRIBUTING.md, config/README.md and bench/*.md names a file that exists and, with an anchor, a
-heading of that file. (tests/test_readme.py runs the pages' commands, tests/test_layers.py checks the
+heading of that file; every ```yaml snippet of those pages is valid config on top of config/config.yaml. (tests/test_readme.py runs the pages' commands, tests/test_layers.py checks the
 layering of docs/architecture.md, tests/test_combine.py the tutorial of docs/methods.md.)
 """
 
@@ -93,3 +93,29 @@ def test_every_relative_link_resolves(page):
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(f"{target}: no heading #{anchor} in {path.relative_to(REPO)}")
     assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+def _deep_update(base: dict, over: dict) -> dict:
+    """What Snakemake does with a second config file: nested mappings merge, everything else replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_update(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+YAML_BLOCKS = [(page, block) for page in PAGES
+               for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S)]
+
+
+@pytest.mark.parametrize("page,block", YAML_BLOCKS, ids=[f"{p.name}:{i}" for i, (p, _) in enumerate(YAML_BLOCKS)])
+def test_every_config_snippet_of_the_manual_is_valid_config(page, block):
+    """A snippet a reader copies into a config file, on top of config/config.yaml, passes the schema."""
+    import yaml
+
+    from growlm.validate import schema_problems
+
+    base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    snippet = yaml.safe_load(block)
+    assert isinstance(snippet, dict), f"{page.name}: a yaml block that is not a mapping of config keys"
+    assert schema_problems(_deep_update(base, snippet), schema) == [], f"{page.name}:\n{block}"
