@@ -3,8 +3,9 @@
 The operator tables of docs/methods.md are `growlm.methods.method_table()`'s render of the operators'
 descriptions (`.venv/bin/python docs/tables.py` writes them); every relative link of the README, the
 manual, CONTRIBUTING.md, config/README.md and bench/*.md names a file that exists and, with an anchor, a
-heading of that file; every ```yaml snippet of those pages is valid config on top of config/config.yaml. (tests/test_readme.py runs the pages' commands, tests/test_layers.py checks the
-layering of docs/architecture.md, tests/test_combine.py the tutorial of docs/methods.md.)
+heading of that file; every ```yaml snippet of those pages is valid config on top of config/config.yaml.
+(tests/test_readme.py runs the pages' commands, tests/test_layers.py checks the layering of
+docs/architecture.md, tests/test_combine.py the tutorial of docs/methods.md.)
 """
 
 from __future__ import annotations
