@@ -104,3 +104,50 @@ def test_learned_operators_refuse_carry_over():
 def test_missing_member_moments_are_named(tmp_path):
     with pytest.raises(GrowlmError, match="optimizer.safetensors"):
         load_moments(tmp_path / "m1" / "optimizer.safetensors")
+
+
+def _ratio(moments: dict) -> torch.Tensor:
+    """|m| / sqrt(v) of every entry with m != 0 (inf where v = 0): the size of AdamW's first step there, in
+    units of the rate."""
+    out = []
+    for kinds in moments.values():
+        m, v = kinds["exp_avg"].flatten(), kinds["exp_avg_sq"].flatten()
+        out.append(m[m != 0].abs() / v[m != 0].sqrt())
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("method,d1,L1,opts,bounded", [
+    ("lemon", 24, 3, {}, True),                                   # uneven splits: differences of weights
+    (["hyperclone", "zero_block"], 32, 4, {}, True),              # its noise is scaled by each matrix's std
+    (["hyperclone", "zero_block"], 32, 4, {"noise": 0.0}, False),  # plain copies
+    (["net2net", "zero_block"], 32, 3, {}, False),
+    ("msg", 32, 4, {}, False),
+])
+def test_carried_moments_never_ask_for_a_larger_step_than_the_members_did(method, d1, L1, opts, bounded, tmp_path):
+    """Real AdamW moments of a trained member, grown: the second moment's linear part, clamped at zero,
+    left LEMON's grown state, and HyperCloning's with its noise (scaled by each matrix's std, so not
+    linear), with m != 0 where v = 0 (a first step of m / eps). The bound keeps every entry's
+    |m| / sqrt(v) within the member's own largest, and it changes nothing where the operator only copies
+    and splits with positive coefficients (its v is then the linear part, exactly)."""
+    m = member(seed=0).float()
+    _tiny_run(m, tmp_path, "member", save_moments=str(tmp_path / "optimizer.safetensors"))
+    moments, _ = load_moments(tmp_path / "optimizer.safetensors")
+    largest = float(_ratio(moments).max())
+    carried = grow_moments([m], [moments], method, n_embd=d1, n_layer=L1, seed=5, **opts)
+    assert float(_ratio(carried).max()) <= largest * 1.001 * (1 + 1e-6)
+
+    # the linear part alone, as growlm computed it before the bound (grow(v) - grow(0), clamped at zero)
+    def as_weights(kind):
+        twin = member(seed=0).float()
+        with torch.no_grad():
+            for name, p in twin.named_parameters():
+                p.copy_(moments[name][kind] if kind else torch.zeros_like(p))
+        return twin
+
+    kw = dict(n_embd=d1, n_layer=L1, seed=5, **opts)
+    zero = dict(grow([as_weights(None)], method, **kw).named_parameters())
+    linear = {k: (p.detach() - zero[k].detach()).clamp_min(0.0)
+              for k, p in grow([as_weights("exp_avg_sq")], method, **kw).named_parameters()}
+    changed = sum(int((carried[k]["exp_avg_sq"] != linear[k]).sum()) for k in linear)
+    # where the bound acts, the unbounded state asked for huge first steps; elsewhere it is exact
+    assert (changed > 0) if bounded else (changed == 0), changed
