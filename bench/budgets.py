@@ -39,8 +39,10 @@ def best_losses(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"final": g.last(), "best": g.min()}).reset_index()
 
 
-# The long budget's arms (bench/budgets_long.yaml): one rate each, the one that was best at every smaller budget.
-LONG = {"budget": 25_600_000, "seeds": (0, 1, 2), "m0_lr": "0.004", "m1_lr": "0.008",
+# The long budget's arms (bench/budgets_long.yaml): the grown arms at the rate that was their best at every
+# smaller budget (8e-3); M_0 at that budget's best (4e-3) and at 8e-3, which is its best at this one
+# (bench/RESULTS.md, 8a): the arms are compared against M_0 at `m0_lr`.
+LONG = {"budget": 25_600_000, "seeds": (0, 1, 2), "m0_lrs": ("0.004", "0.008"), "m0_lr": "0.008", "m1_lr": "0.008",
         "methods": ("msg", "msg_members+carry"), "d0": 32, "L0": 2, "d1": 64, "L1": 4, "n": 2}
 PATHS = {"baseline": "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}",
          "grown": "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}",
@@ -53,18 +55,19 @@ def long_combos() -> list[dict]:
 
 
 def long_targets() -> list[str]:
-    """The evaluation files of the long budget's nine models (M_0 and both arms, three seeds): what
-    bench/budgets_long.yaml asks the workflow for."""
+    """The evaluation files of the long budget's twelve models (M_0 at two rates and both arms, three
+    seeds): what bench/budgets_long.yaml asks the workflow for."""
     out = []
     for c in long_combos():
         out.append(PATHS["refined"].format(**c).replace("models/", "eval/", 1) + "/metrics.json")
-        m0 = PATHS["baseline"].format(**{**c, "lr": LONG["m0_lr"]}).replace("models/", "eval/", 1) + "/metrics.json"
-        if m0 not in out:
-            out.append(m0)
+        for lr in LONG["m0_lrs"]:
+            m0 = PATHS["baseline"].format(**{**c, "lr": lr}).replace("models/", "eval/", 1) + "/metrics.json"
+            if m0 not in out:
+                out.append(m0)
     return out
 
 
-def fixed_rate_comparison(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def fixed_rate_comparison(run: Path, m0_lr: str = LONG["m0_lr"]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The comparison rows and curves of the long budget's models, each M_1 against M_0 at the fixed rates,
     made by the function the workflow's compare rule uses (growlm.compare.compare_one)."""
     import os
@@ -78,10 +81,11 @@ def fixed_rate_comparison(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     try:
         rows, curves = [], []
         for c in long_combos():
-            if not Path(PATHS["refined"].format(**c), "ledger.csv").is_file():
-                print(f"not trained (left out): {c['method']} seed {c['seed']}")
+            m0 = PATHS["baseline"].format(**{**c, "lr": m0_lr})
+            if not all(Path(p, "ledger.csv").is_file() for p in (PATHS["refined"].format(**c), m0)):
+                print(f"not trained (left out): {c['method']} seed {c['seed']} or its M_0 at {m0_lr}")
                 continue
-            row, cs = compare_one(c, PATHS, m0_lr=LONG["m0_lr"])
+            row, cs = compare_one(c, PATHS, m0_lr=m0_lr)
             rows.append(row)
             curves.extend(cs)
     finally:
@@ -89,10 +93,10 @@ def fixed_rate_comparison(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def seed_rows(run: Path, fixed_rates: bool = False) -> pd.DataFrame:
+def seed_rows(run: Path, fixed_rates: bool = False, m0_lr: str = LONG["m0_lr"]) -> pd.DataFrame:
     """One row per arm, budget and seed: reached or not, the cost ratios, M_0's and M_1's final and best loss."""
     if fixed_rates:
-        comparison, curves = fixed_rate_comparison(run)
+        comparison, curves = fixed_rate_comparison(run, m0_lr)
     else:
         comparison = pd.read_csv(run / "results" / "eval" / "comparison.csv")
         curves = pd.read_csv(run / "results" / "eval" / "curves.csv")
@@ -152,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "budgets_table.csv"))
     ap.add_argument("--fixed-rates", action="store_true",
                     help="the long budget's models at their fixed rates (bench/budgets_long.yaml), not the workflow's comparison")
+    ap.add_argument("--m0-lr", default=LONG["m0_lr"],
+                    help="with --fixed-rates: the rate of the M_0 the arms are compared against (its folder's t..._lr<this>)")
     ap.add_argument("--seeds-out", default=None,
                     help="where the per-seed rows go (default: beside --out, named <out>_seeds.csv)")
     ap.add_argument("--long-targets", action="store_true", help="print the long budget's targets and stop")
@@ -161,7 +167,7 @@ def main(argv=None) -> int:
     if args.long_targets:
         print(" ".join(long_targets()))
         return 0
-    rows = seed_rows(Path(args.run_dir), fixed_rates=args.fixed_rates)
+    rows = seed_rows(Path(args.run_dir), fixed_rates=args.fixed_rates, m0_lr=args.m0_lr)
     rows.sort_values(["method", "budget", "seed"]).to_csv(args.seeds_out or Path(args.out).with_name(
         Path(args.out).stem + "_seeds.csv"), index=False)
     t = table(rows)
