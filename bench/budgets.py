@@ -10,8 +10,9 @@ and *best* validation loss (the lowest of its evaluations; an arm that overfits 
 at its own best rate per budget (the workflow's choice, `lr_sweep.csv`). The best losses answer the question
 that a longer budget raises: does the grown model end lower than training from scratch ever gets on this data?
 
-Writes bench/results/budgets_table.csv (and its rows per seed, budgets_table_seeds.csv), prints it, and draws bench/results/budgets_table.svg beside it (cost ratio against
-M_0's budget, members counted and free; each arm's best loss against the budget).
+Writes bench/results/budgets_table.csv (and its rows per seed, budgets_table_seeds.csv), prints it, and
+draws bench/results/budgets_table.svg beside it (cost ratio against M_0's budget, members counted and free;
+each arm's best loss against the budget).
 
 A budget too long to sweep rates at (bench/budgets_long.yaml) trains each large arm at one rate only, so the
 workflow's own comparison (every arm at every rate) is not made; `--fixed-rates` makes the same rows with
@@ -90,6 +91,9 @@ def fixed_rate_comparison(run: Path, m0_lr: str = LONG["m0_lr"]) -> tuple[pd.Dat
             curves.extend(cs)
     finally:
         os.chdir(here)
+    if not rows:
+        raise SystemExit(f"{run}: no arm of the long budget has both its refined model and M_0 at rate {m0_lr} "
+                         f"trained; run the workflow for `bench/budgets.py --long-targets` first")
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
