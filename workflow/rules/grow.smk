@@ -20,9 +20,12 @@ rule grow:
         "../envs/growlm.yaml"
     threads: 1
     resources:
+        # the schedules (vcycle, apollo) train models: a training job's GPUs and run time; an operator, none
+        gpu=lambda wc: min(1, config["resources"]["gpu"]) if wc.method in SCHEDULES else 0,
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: 10 * attempt,
+        runtime=lambda wc, attempt: (config["resources"]["runtime"] if wc.method in SCHEDULES else 10) * attempt,
     params:
         grow=grow_params,
+        how=job_how,  # how the V-cycle's stages run (train.compile): reruns nothing
     script:
         "../scripts/grow.py"

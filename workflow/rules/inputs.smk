@@ -4,7 +4,7 @@
 from pathlib import Path
 
 from growlm.experiment import trunk_tokens
-from growlm.methods import SCHEDULES, is_single_member_control
+from growlm.methods import SCHEDULES, is_single_member_control, members_used
 from growlm.pretrained import spec_of as pretrained_spec
 from growlm.sources import local_files
 
@@ -30,9 +30,10 @@ def member_dirs(wildcards):
 
 
 def member_models(wildcards):
-    if wildcards.method in SCHEDULES:  # the schedules reuse no small model
-        return []
-    return [f"{d}/model.safetensors" for d in member_dirs(wildcards)]
+    """The members a grow job reads: those its chain uses (m_1 alone for a single-source chain; none for
+    a schedule), so that a change of m_2 never reruns an arm grown from m_1 alone."""
+    dirs = member_dirs(wildcards)
+    return [f"{d}/model.safetensors" for d in dirs[: members_used(wildcards.method, len(dirs))]]
 
 
 def source_input(wildcards):

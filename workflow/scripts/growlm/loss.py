@@ -61,12 +61,15 @@ class FusedHeadCrossEntropy(torch.autograd.Function):
                 None, None)
 
 
+def _cpu_fp32(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+
+
 def fused_loss_applies(model: torch.nn.Module, x: torch.Tensor) -> bool:
     """A plain GPT2LMHeadModel or LlamaForCausalLM (not DDP/FSDP/compiled/grown) in fp32 on the CPU,
-    no autocast."""
-    return (type(model) in (GPT2LMHeadModel, LlamaForCausalLM) and x.device.type == "cpu"
-            and model.lm_head.bias is None and model.lm_head.weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu"))
+    no autocast. (A grown model during its ramps offers the same through `fused_loss_inputs`.)"""
+    return (type(model) in (GPT2LMHeadModel, LlamaForCausalLM) and _cpu_fp32(x)
+            and model.lm_head.bias is None and model.lm_head.weight.dtype == torch.float32)
 
 
 def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
@@ -76,11 +79,16 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
     With `logits=False` (the training loop) the logits are not returned (None), which lets a plain
     model on the CPU compute the head and the loss together (`FusedHeadCrossEntropy`).
     """
+    parts = None
     if not logits and fused_loss_applies(model, x):
-        h = model.base_model(input_ids=x).last_hidden_state  # the decoder without its head
+        parts = model.base_model(input_ids=x).last_hidden_state, model.lm_head.weight  # the decoder without its head
+    elif not logits and getattr(type(model), "fused_loss_inputs", None) and _cpu_fp32(x):
+        parts = model.fused_loss_inputs(x)  # a grown model during its ramps (growlm.growth.masked)
+    if parts is not None:
+        h, w = parts
         h = h.reshape(-1, h.size(-1))
-        chunk = max(64, (1 << 20) // model.lm_head.weight.shape[0])  # ~4 MB of logits per chunk
-        return FusedHeadCrossEntropy.apply(h, model.lm_head.weight, y.reshape(-1), chunk), None
+        chunk = max(64, (1 << 20) // w.shape[0])  # ~4 MB of logits per chunk
+        return FusedHeadCrossEntropy.apply(h, w, y.reshape(-1), chunk), None
     out = model(input_ids=x).logits
     # under CUDA autocast cross_entropy runs in fp32 anyway; on the CPU the logits are fp32 already
     loss = F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1))

@@ -42,10 +42,17 @@ from growlm.profiling.ranges import phase, session_from_env
 from growlm.refiners import build as refiners_from
 from growlm.train_config import TrainConfig
 
-LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "lr", "train_loss", "val_loss",
+# wall_s: seconds since the run began (evaluations and compilation included); compile_s: the part of them
+# torch.compile spent compiling (0 without compile), which the comparison leaves out of its wall ratios
+LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "compile_s", "lr", "train_loss", "val_loss",
                   "peak_mem_mb", "kind"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
 PROGRESS_EVERY_S = 10.0  # at most this long between two progress lines in the log
+
+
+# torch.compile's backend for the training steps: None is torch's own (inductor); growlm.compile_check
+# traces with "eager" (dynamo's graphs, guards and recompilations, without generating code)
+COMPILE_BACKEND: str | None = None
 
 
 def _world() -> tuple[int, int]:
@@ -259,8 +266,11 @@ class Run:
         self.ledger_path.parent.mkdir(parents=True, exist_ok=True)
         self.use_bf16 = self.device.startswith("cuda") and torch.cuda.is_bf16_supported()
         self.gpu_settings = _gpu_settings(cfg, self.use_bf16)
-        # the training steps' forward; "reduce-overhead" also replays each step as CUDA graphs
-        self.step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile_mode else model
+        # the training steps' forward, compiled once per module it runs (`step_model`)
+        self._compiled: dict[int, torch.nn.Module] = {}
+        self.compile_s, self._compiling, self._held = 0.0, None, None
+        if cfg.compile_mode:  # a run compiles its own structures: nothing cached by an earlier run of this process
+            torch._dynamo.reset()  # (the V-cycle's stages, each a model of another shape)
         self.refiners = refiners_from(cfg.refiners)
         self.identity = checkpoint.run_identity(model, cfg.run_settings(), cfg.inputs)
         self.run_id = checkpoint.fingerprint(self.identity)
@@ -270,6 +280,7 @@ class Run:
         self.rows: list[dict] = state["rows"]
         self.start_step, self.wall_before = state["step"], state["wall_s"]
         self.running = state.get("running")  # the training loss's running average: a resume continues it
+        self.compile_before = state.get("compile_s", 0.0)
         for r in self.refiners:
             r.setup(self)
             if resumed:
@@ -280,6 +291,41 @@ class Run:
         self.progress = _Progress(cfg.steps, self.tokens_per_step, log, self.start_step, self.live)
         self.step_s, self.steps_timed, self.last_loss = 0.0, 0, None
         self.t0 = time.perf_counter()
+
+    @property
+    def step_model(self) -> torch.nn.Module:
+        """The module a training step runs, compiled when `train.compile` asks: in one process a grown
+        model's `stepping_module` (itself while its ramps run, its plain inner model after: the very
+        function M_0's steps compute, with M_0's fused head-and-loss on a CPU), else the model as set
+        up (DDP's wrapper included). Each module is compiled once, when first run; the values that
+        change from step to step reach it as tensors (`growlm.growth.masked`), so it never recompiles
+        (tests/test_compile.py); "reduce-overhead" also replays each step as CUDA graphs."""
+        module = self.model
+        if self.model is self.core:
+            module = getattr(self.core, "stepping_module", self.core)
+        if not self.cfg.compile_mode:
+            return module
+        if id(module) not in self._compiled:
+            self._compiled[id(module)] = (torch.compile(module, mode=self.cfg.compile_mode) if COMPILE_BACKEND is None
+                                          else torch.compile(module, backend=COMPILE_BACKEND))
+            self._compiling = module  # this step compiles it: its time beyond a plain step's is compile time
+        return self._compiled[id(module)]
+
+    def count_compile(self, seconds: float) -> bool:
+        """Account a step of `seconds`: what a step that compiled a module took beyond the next plain step
+        is compile time (the ledger's compile_s; counted whole until that step). Returns whether this
+        step compiled (it is then not timed for the MFU either)."""
+        if self._compiling is not None:  # counted whole until the next step says what a plain step takes
+            self._compiling, self._held = None, seconds
+            self.compile_s += seconds
+            return True
+        if self._held is not None:
+            self.compile_s -= min(self._held, seconds)
+            self._held = None
+        return False
+
+    def compile_time(self) -> float:
+        return self.compile_before + self.compile_s
 
     def flops(self, step: int) -> int:
         return step * self.tokens_per_step * self.flops_per_token + sum(
@@ -350,7 +396,7 @@ class Run:
     def record(self, step: int, train_loss: float | None, kind: str) -> dict:
         """A ledger row (with a validation loss for kind "eval"), also to the live curves."""
         row = {"step": step, "tokens": step * self.tokens_per_step, "flops": self.flops(step),
-               "wall_s": round(self.wall(), 3), "lr": lr_at(max(step - 1, 0), self.cfg),
+               "wall_s": round(self.wall(), 3), "compile_s": round(self.compile_time(), 3), "lr": lr_at(max(step - 1, 0), self.cfg),
                "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
                "peak_mem_mb": round(peak_memory_mb(self.device), 1), "kind": kind}
         if kind == "eval":
@@ -366,7 +412,7 @@ class Run:
     def save_checkpoint(self, done: int) -> None:
         _write_ledger(self.ledger_path, self.rows)
         checkpoint.save_checkpoint(self.ckpt_dir, done, self.model, self.optimizer,
-                                   {"step": done, "wall_s": self.wall(), "rows": self.rows, "running": self.running,
+                                   {"step": done, "wall_s": self.wall(), "compile_s": self.compile_time(), "rows": self.rows, "running": self.running,
                                     "fingerprint": self.run_id, "identity": self.identity,
                                     **({"refiners": {r.name: r.state() for r in self.refiners}}
                                        if any(r.state() for r in self.refiners) else {})})
@@ -392,7 +438,7 @@ class Run:
                 # what the refiners added (the teachers' forward passes), in all and by refiner
                 "teacher_flops": total - cfg.steps * self.tokens_per_step * self.flops_per_token,
                 "refiner_flops": {r.name: r.flops(cfg.steps, self.tokens_per_step) for r in self.refiners},
-                "wall_s": self.wall(), "final_val_loss": self.rows[-1]["val_loss"],
+                "wall_s": self.wall(), "compile_s": self.compile_time(), "final_val_loss": self.rows[-1]["val_loss"],
                 "flops_per_token": self.flops_per_token, "model_flops_per_s": achieved,
                 "gpu_settings": self.gpu_settings, "config": cfg.to_dict()}
 
@@ -427,8 +473,10 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                       or done % cfg.checkpoint_every == 0 or done == cfg.steps
                       or (run.world == 1 and stop.signal is not None))
             stopping = run.read_losses(pending, stop.signal is not None) if synced else False
-            if step > run.start_step:  # the first step (compilation, allocator warm-up) is not timed
-                run.step_s += time.perf_counter() - t_step
+            took = time.perf_counter() - t_step
+            compiled_now = run.count_compile(took)
+            if step > run.start_step and not compiled_now:  # the first step (allocator warm-up) and steps
+                run.step_s += took                          # that compiled are not timed
                 run.steps_timed += 1
             # -- evaluate and log
             if is_eval:

@@ -23,8 +23,19 @@ factors applied where they belong.
 
 Protocol: `growth_step(step)` (the training loop calls it before every step) sets the ramps;
 `ramp_done` is True once every ramp is at 1, and then the module computes exactly its inner model
-(it delegates to it); `to_plain()` returns that inner model (sharing the parameters), and raises
-GrowlmError before the ramps are done. `config` is the inner model's config (FLOPs etc.).
+(it delegates to it); `stepping_module` is the module a training step should run (this one while
+a ramp runs, the inner model after); `to_plain()` returns that inner model (sharing the
+parameters), and raises GrowlmError before the ramps are done. `config` is the inner model's config
+(FLOPs etc.).
+
+Compiled once: the ramps' values reach the forward pass only as the buffer `ramp_values` (on the
+model's device, written in place by `growth_step`), and which terms the forward computes depends
+only on the model's structure (which buffers it has, `spec["cross_masked"]`), never on a ramp's
+value. So torch.compile traces `masked_forward` once for the whole ramp: a Python float read in the
+forward would be a constant to dynamo, guarded on its value, and every step of the ramp would
+compile the model again (`tests/test_compile.py` checks every operator and schedule for that). The
+buffer holds each ramp c and 1 - c, computed in double precision and rounded once, the very values
+the arithmetic used when they were Python floats, so the eager results are unchanged to the bit.
 `export()` / `GrownModel.restore()` give a JSON-able description + a flat tensor dict (no pickle),
 used by `growlm.growth.save_grown` / `load_grown`.
 """
@@ -61,6 +72,10 @@ class GrownModel(nn.Module):
         if self.has_groups:
             G = int(self.group_eps.numel())
             self.register_buffer("_onehot", F.one_hot(self.res_group, G).to(self.inner.dtype), persistent=False)
+        # [c_mask, 1 - c_mask, c_cross, 1 - c_cross, c_ln, 1 - c_ln, c_ln * eps]: what the forward pass reads
+        # of the ramps (see the module docstring); not part of the state dict (the step sets it)
+        self.register_buffer("ramp_values", torch.zeros(7, dtype=torch.float32, device=self.inner.device),
+                             persistent=False)
         self.step = 0
         self.growth_step(step)
 
@@ -78,6 +93,15 @@ class GrownModel(nn.Module):
         self.c_mask = ramp(step, self.spec["ramp_steps"]) if self.has_masks else 1.0
         self.c_cross = ramp(step, self.spec["ramp_steps"]) if self.spec["cross_masked"] else 1.0
         self.c_ln = ramp(step, self.spec["ln_ramp_steps"]) if self.has_groups else 1.0
+        # a bool, not the floats: the forward's one branch on the ramps (dynamo guards on it, which changes once)
+        self._done = self.c_mask >= 1.0 and self.c_cross >= 1.0 and self.c_ln >= 1.0
+        values = [v for c in (self.c_mask, self.c_cross, self.c_ln) for v in (c, 1.0 - c)]  # in double, then rounded
+        values.append(self.c_ln * norm_eps(self.config))
+        dtype = torch.float64 if self.inner.dtype == torch.float64 else torch.float32  # exact in a float64 model
+        if self.ramp_values.dtype != dtype:
+            self.ramp_values = self.ramp_values.to(dtype)
+        with torch.no_grad():
+            self.ramp_values.copy_(torch.tensor(values, dtype=dtype))
 
     def set_ramps(self, *, ramp_steps: int | None = None, ln_ramp_steps: int | None = None) -> None:
         """Set the ramp lengths (refinement steps); the refinement does, to fit its own length."""
@@ -89,7 +113,13 @@ class GrownModel(nn.Module):
 
     @property
     def ramp_done(self) -> bool:
-        return self.c_mask >= 1.0 and self.c_cross >= 1.0 and self.c_ln >= 1.0
+        return self._done
+
+    @property
+    def stepping_module(self) -> nn.Module:
+        """The module a training step runs: this one while a ramp runs, the inner model once they are done
+        (the same function; a compiled training loop then compiles each of the two once)."""
+        return self.inner if self.ramp_done else self
 
     def to_plain(self):
         if not self.ramp_done:
@@ -115,10 +145,27 @@ class GrownModel(nn.Module):
         """The forward pass with the current ramps (at all ramps = 1 it equals `self.inner`)."""
         if attention_mask is not None and not bool(attention_mask.all()):
             raise GrowlmError("a grown model supports only full (causal) attention before its ramps are done")
+        logits = self.family.logits(self.inner, self.masked_hidden(input_ids))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return CausalLMOutput(loss=loss, logits=logits)
+
+    def fused_loss_inputs(self, input_ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(the final hidden states, the LM head's weight) for `growlm.loss.lm_loss`'s fused head and loss
+        (on a CPU, as M_0's plain model gets it), or None when the head is not a plain bias-free matrix."""
+        head = getattr(self.inner, "lm_head", None)
+        if head is None or getattr(head, "bias", None) is not None or head.weight.dtype != torch.float32:
+            return None
+        return self.masked_hidden(input_ids), head.weight
+
+    def masked_hidden(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """The final norm's output with the current ramps: what the LM head reads."""
         fam, model = self.family, self.inner
         m_res = m_head = m_mlp = None
         if self.has_masks:
-            keep = 1.0 - self.c_mask
+            keep = self.ramp_values[1]  # 1 - c_mask
             m_res = 1.0 - keep * self.res_new
             m_head = 1.0 - keep * self.head_new
             m_mlp = 1.0 - keep * self.mlp_new
@@ -126,7 +173,7 @@ class GrownModel(nn.Module):
         x = fam.embed(model, input_ids)
         if m_res is not None:
             x = x * m_res.to(x.dtype)
-        cross = self._cross_factors() if self.c_cross < 1.0 else None
+        cross = self._cross_factors() if self.spec["cross_masked"] else None  # factors of 1 once c_cross is 1
         for l, blk in enumerate(fam.blocks(model)):
             mb = m_block[l].to(x.dtype) if self.has_masks else 1.0
             norm1, norm2 = fam.norms(blk)
@@ -138,13 +185,7 @@ class GrownModel(nn.Module):
             if m_res is not None:
                 p = p * m_res.to(p.dtype)
             x = x + mb * p
-        x = self._ln(x, fam.final_norm(model), m_res)
-        logits = fam.logits(model, x)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return self._ln(x, fam.final_norm(model), m_res)
 
     def _ln(self, x: torch.Tensor, ln: nn.Module, m_res: torch.Tensor | None) -> torch.Tensor:
         """The family's norm (LayerNorm, or RMSNorm: no mean, no bias) with mask-weighted statistics,
@@ -153,27 +194,27 @@ class GrownModel(nn.Module):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         w = None if m_res is None else m_res.to(xf.dtype)
         eps = norm_eps(self.config)
-        mu = var = None
-        if not self.has_groups or self.c_ln > 0:
-            if w is None:
-                mu = torch.zeros_like(xf[..., :1]) if rms else xf.mean(-1, keepdim=True)
-                var = (xf - mu).pow(2).mean(-1, keepdim=True)
-            else:
-                tot = w.sum()
-                mu = torch.zeros_like(xf[..., :1]) if rms else (xf * w).sum(-1, keepdim=True) / tot
-                var = ((xf - mu).pow(2) * w).sum(-1, keepdim=True) / tot
-        if self.has_groups and self.c_ln < 1:
+        # with groups both statistics are computed at every step of the ramp (at c_ln = 0 the full-width
+        # ones get weight 0, at 1 the groups' do: exact), so the computation never depends on c_ln's value
+        if w is None:
+            mu = torch.zeros_like(xf[..., :1]) if rms else xf.mean(-1, keepdim=True)
+            var = (xf - mu).pow(2).mean(-1, keepdim=True)
+        else:
+            tot = w.sum()
+            mu = torch.zeros_like(xf[..., :1]) if rms else (xf * w).sum(-1, keepdim=True) / tot
+            var = ((xf - mu).pow(2) * w).sum(-1, keepdim=True) / tot
+        if self.has_groups:
             G = self._onehot.to(xf.dtype)
             wG = G if w is None else G * w[:, None]
             cnt = wG.sum(0)
-            mu_g = torch.zeros_like(xf) if rms else ((xf @ wG) / cnt)[..., self.res_group]
-            var_g = (((xf - mu_g).pow(2) @ wG) / cnt)[..., self.res_group]
+            # back to every coordinate of its group by a matmul with the one-hot map (exact: one term each),
+            # not by indexing, whose backward (index_put) costs a CPU step more than the statistics
+            spread = G.t()
+            mu_g = torch.zeros_like(xf) if rms else ((xf @ wG) / cnt) @ spread
+            var_g = (((xf - mu_g).pow(2) @ wG) / cnt) @ spread
             eps_g = self.group_eps.to(xf.dtype)[self.res_group]
-            c = self.c_ln
-            if mu is None:
-                mu, var, eps = mu_g, var_g, eps_g
-            else:
-                mu, var, eps = (1 - c) * mu_g + c * mu, (1 - c) * var_g + c * var, (1 - c) * eps_g + c * eps
+            c, keep, c_eps = self.ramp_values[4], self.ramp_values[5], self.ramp_values[6]  # c_ln, 1 - c_ln, c_ln eps
+            mu, var, eps = keep * mu_g + c * mu, keep * var_g + c * var, keep * eps_g + c_eps
         y = (xf - mu) / torch.sqrt(var + eps) * ln.weight.to(xf.dtype)
         if getattr(ln, "bias", None) is not None:
             y = y + ln.bias.to(xf.dtype)
@@ -188,7 +229,7 @@ class GrownModel(nn.Module):
         s = self.shape
         hc = self.head_group.repeat_interleave(s.dh)
         kvc = self.head_group[::s.r].repeat_interleave(s.dh)
-        keep = 1.0 - self.c_cross
+        keep = self.ramp_values[3]  # 1 - c_cross
 
         def f(a, b):
             return 1.0 - keep * (a[:, None] != b[None, :]).to(self.inner.dtype)

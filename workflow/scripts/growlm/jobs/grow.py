@@ -80,7 +80,8 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     chain = growth_names(full_chain)
     carry = "carry" in refine_names(full_chain)
     options = operator_options(chain, options, seed=seed, data_file=data_file, learned_batches=learned_batches)
-    members = [load_model(d) for d in member_dirs]
+    used = member_dirs[:members_used(full_chain, len(member_dirs))]  # a single-source chain grows m_1 only
+    members = [load_model(d) for d in used]  # (and the workflow waits only for those: growlm.experiment)
     t0 = time.perf_counter()
     with phase("grow"):
         grown = grow_models(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
@@ -89,20 +90,22 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     check_finite(grown, method, options, data_file)
     flops = int(getattr(grown, "growlm_growth_flops", 0))
     save_grown(grown, out_dir)
-    used = member_dirs[:members_used(full_chain, len(member_dirs))]  # a single-source chain grows m_1 only
     member_cost = []
     trunks = {}
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
         meta = read_json(Path(d) / "growlm.json")
-        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"], "wall_s": meta["train"]["wall_s"],
+        # wall_s: the member's training time, torch.compile's compilation left out (as in the ledgers' ratios)
+        member_cost.append({"dir": str(d), "flops": meta["train"]["flops"],
+                            "wall_s": meta["train"]["wall_s"] - meta["train"].get("compile_s", 0.0),
                             **({"cost": meta["cost"]} if "cost" in meta else {})})
         if meta.get("init_from"):
             trunks[meta["init_from"]] = read_json(Path(meta["init_from"]) / "growlm.json")["train"]
     for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once
-        member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"], "role": "trunk"})
+        member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"] - t.get("compile_s", 0.0),
+                            "role": "trunk"})
     carried = {}
     if carry:
-        loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in member_dirs]
+        loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in used]
         moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
                                seed=seed, **options)
         step = max(s for _, s in loaded)
@@ -126,7 +129,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
 
 
 def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
-           out_dir, memory_limit_gb: float | None = None) -> None:
+           out_dir, memory_limit_gb: float | None = None, compile: bool | str = False) -> None:
     """The Multi-Level V-cycle as one more arm (it reuses no small model), the authors' recipe
     (growlm.schedules.vcycle): M_0's own initialisation trained briefly at full size (all warm-up),
     coalesced, the coarse model trained at a multiple of the rate with a fresh optimizer (with more
@@ -134,10 +137,11 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
     coalescing; the refinement then trains the large model (its recipe: no re-warm-up). `train`: the
     large arms' training settings at the reference budget (the shortest of the sweep), whose steps the
     stages' shares are of; every stage's FLOPs are the growth cost, its ledger kept in the grown
-    folder."""
+    folder. `compile`: train.compile, for every stage (each stage's model is compiled once: a run starts
+    from an empty compile cache)."""
     k, levels = int(vcycle["factor"]), int(vcycle["levels"])
     pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
-    base = TrainConfig.from_dict(train, device=choose_device())
+    base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
     plan = vcycle_plan(levels=levels, steps=base.steps, stage_share=float(vcycle["stage_share"]),
                        coarse_share=float(vcycle["coarse_share"]), lr=base.lr,
                        lr_multiplier=float(vcycle["lr_multiplier"]))
@@ -163,7 +167,7 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
                           info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
         summary = run_job(job, model=model_now)  # trains model_now in place
         flops += summary["flops"]
-        wall += summary["wall_s"]
+        wall += summary["wall_s"] - summary.get("compile_s", 0.0)  # training time, compilation left out
         stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
                        "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L})
         log(f"V-cycle stage {i}: level {level} ({stage['direction']}), width {stages[-1]['width']}, "

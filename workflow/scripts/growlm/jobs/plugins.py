@@ -10,7 +10,9 @@ spent, with one line naming the file and the problem:
 * the operator raises, or returns something that is not a GPT-2 (`config`, `logits`);
 * the grown model has the wrong width or depth, or non-finite weights or logits;
 * it is declared `exact=True` but its logits at step 0 differ (in float64) from m_1's (a
-  single-source operator) or from the members' logit average (a multi-member operator).
+  single-source operator) or from the members' logit average (a multi-member operator);
+* its model changes per step (`growth_step`) and a refinement through its ramp recompiles it under
+  torch.compile (`growlm.compile_check`: a ramp read as a Python float in forward).
 
     python -m growlm.jobs.plugins CHECK.json      # what growlm.validate.check_plugin_operators runs (onstart)
 """
@@ -22,6 +24,7 @@ import sys
 
 import torch
 
+from growlm.compile_check import check_compiles_once
 from growlm.errors import GrowlmError
 from growlm.growth import grow, load_plugins
 from growlm.methods import OPERATORS, growth_names
@@ -83,6 +86,10 @@ def check_operator(name: str, source: str, method: list[str], *, n: int, d0: int
                 what = "m_1's" if len(used) == 1 else "the members' logit average"
                 raise GrowlmError(f"{where}: declared exact=True, but at step 0 its logits differ from {what} by "
                                   f"{err:.3g} (float64); declare exact=False or fix the operator")
+    if hasattr(grown, "growth_step"):  # its model changes per step: a refinement must not recompile it
+        if hasattr(grown, "set_ramps"):
+            grown.set_ramps(ramp_steps=3, ln_ramp_steps=3)
+        check_compiles_once(grown.float(), where)
 
 
 def check(spec: dict) -> list[str]:
