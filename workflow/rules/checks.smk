@@ -13,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 
 from growlm import hints, outputs
 from growlm.errors import GrowlmError
+from growlm.hub import PREPARE, go_offline, offline_set
 from growlm.interrupted import interrupted_run_notice
 from growlm.sources import hub_problem
 from growlm.tasks import task_problems
@@ -78,7 +79,25 @@ def preflight():
         print(f"growlm: warning: {warning}", file=sys.stderr)
 
 
+def hub_inputs():
+    """What of this run comes from the Hugging Face Hub: Hub datasets, Hub members, registry tasks."""
+    sources = [s["name"] for s in config["corpus"]["sources"] if s.get("hf") and not Path(str(s["hf"])).is_dir()]
+    members = [str(m) for m in PRETRAINED_MEMBERS if pretrained_spec(m)["kind"] == "hf"]
+    tasks = [tid for tid, spec in TASKS.items() if not spec.get("folder")]
+    return sources + members + tasks
+
+
 if MAIN_PROCESS:
+    # the Hub, asked once (growlm.hub): when it cannot be used, every job reads its local cache at once
+    # (HF_HUB_OFFLINE=1), and what is not there stops the run before any job, whole, naming it
+    if hub_inputs() and not offline_set():
+        REASON = go_offline()
+        if REASON:
+            print(
+                f"growlm: {REASON}: every job reads the Hub's local cache ({', '.join(hub_inputs())}); "
+                f"prepare what is missing where there is a network with `{PREPARE}`",
+                file=sys.stderr,
+            )
     try:
         preflight()
     except GrowlmError as err:

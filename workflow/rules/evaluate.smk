@@ -84,7 +84,7 @@ rule evaluate_tasks:
     benchmark:
         res("benchmarks/evaluate_tasks/{model}/{task}.tsv")
     wildcard_constraints:
-        model=r"(small|baseline|refined)/.+",
+        model=r"(small|pretrained|baseline|refined)/.+",
         task="|".join(re.escape(t) for t in TASKS) or "(?!)",
     conda:
         "../envs/growlm.yaml"

@@ -65,7 +65,8 @@ rule report_figures:
 rule report_tasks:
     input:
         tasks=task_targets(),
-        ledgers=[f"{d}/ledger.csv" for d in model_dirs()],
+        ledgers=[f"{d}/ledger.csv" for d in trained_dirs()],  # an imported member's cost: in its folder's growlm.json
+        models=[f"{d}/model.safetensors" for d in model_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
     output:
         csv=res("eval/tasks.csv"),

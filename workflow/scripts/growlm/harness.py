@@ -43,6 +43,36 @@ def _clean(value):
         return None
 
 
+def fetch_task_data(spec: dict, log=print) -> dict:
+    """Build the tasks of `spec` (`growlm.tasks.task_specs`) as lm-evaluation-harness does before it runs
+    them: each task loads its documents (`datasets.load_dataset`, through the Hub's cache), so that an
+    evaluation job later finds them without a network (the workflow's `prepare` target). Returns
+    `{"task", "tasks": {name: documents per split}}`; an error raises (it is what prepare is for)."""
+    from lm_eval.tasks import TaskManager, get_task_dict  # optional dependency (the eval extra)
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    names = [spec["name"]] if spec.get("name") else folder_tasks(spec["folder"])
+    manager = TaskManager(include_path=spec["folder"]) if spec.get("folder") else TaskManager()
+    built = {}
+
+    def walk(d):
+        for key, task in d.items():
+            if isinstance(task, dict):
+                walk(task)
+            elif task is not None:
+                name = getattr(key, "group_name", None) or getattr(task, "config", None) and task.config.task or str(key)
+                docs = {}
+                for split in ("training", "validation", "test", "fewshot"):
+                    has, get = getattr(task, f"has_{split}_docs", None), getattr(task, f"{split}_docs", None)
+                    if split != "fewshot" and has is not None and has():
+                        docs[split] = len(get())
+                built[str(name)] = docs
+
+    walk(get_task_dict(names, manager))
+    log(f"{spec['id']}: data of {len(built)} task(s) ready: " + ", ".join(f"{k} {v}" for k, v in built.items()))
+    return {"task": spec["id"], "tasks": built}
+
+
 def run_task(model_dir, spec: dict, *, device: str, limit: int | None = None, log=print) -> dict:
     """Run `spec` (`growlm.tasks.task_specs`: a registry task, or a folder's tasks) on the model in
     `model_dir`; returns the record `{"task", "tasks", "scores", "stderr", "higher_is_better",

@@ -23,10 +23,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from huggingface_hub import hf_hub_download
 
 from growlm.errors import GrowlmError
 from growlm.flops import shape_flops, train_flops_per_token
+from growlm.hub import hub_file
 from growlm.shape import FAMILIES, ModelShape
 
 
@@ -43,23 +43,14 @@ def spec_of(item) -> dict:
     return {"where": str(item[kind]), "kind": kind, "revision": item.get("revision")}
 
 
-def _hub_file(spec: dict, name: str) -> Path:
-    return Path(hf_hub_download(spec["where"], name, revision=spec.get("revision")))
-
-
 def member_file(spec: dict, name: str) -> Path | None:
     """A file of the member (config.json, tokenizer.json...): in its folder, or fetched from the Hub (its
-    cache); None if it has none."""
+    cache when the Hub cannot be used: growlm.hub); None if it has none. GrowlmError, at once and
+    whole, for a Hub member that can be neither reached nor found in the cache."""
     if spec["kind"] == "path":
         path = Path(spec["where"]) / name
         return path if path.is_file() else None
-    try:
-        return _hub_file(spec, name)
-    except Exception as err:  # noqa: BLE001 - no such file, or no network: said by the caller
-        if name == "config.json":
-            raise GrowlmError(f"the Hub member {spec['where']!r} cannot be read ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:160]})") from None
-        return None
+    return hub_file(spec["where"], name, revision=spec.get("revision"), what="Hub member")
 
 
 def shape_of_config(cfg: dict, where: str) -> ModelShape:

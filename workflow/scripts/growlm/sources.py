@@ -42,6 +42,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
 from growlm.errors import GrowlmError, sha256
+from growlm.hub import PREPARE, unreachable
 
 # datasets' packaged builders by file suffix (after any compression suffix)
 BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv",
@@ -133,9 +134,8 @@ def hub_problem(source: dict) -> str | None:
     network stops the run before any job instead of a job retrying for half a minute. A source read
     without streaming (`streaming: false`) that is in the local cache needs no network."""
     repo, revision = source["hf"], source.get("revision")
-    if constants.HF_HUB_OFFLINE:
-        reason = "HF_HUB_OFFLINE is set"
-    else:
+    reason = unreachable()  # HF_HUB_OFFLINE, or one short request that failed (growlm.hub)
+    if reason is None:
         try:
             HfApi().dataset_info(repo, revision=revision, timeout=10)
             return None
@@ -145,13 +145,15 @@ def hub_problem(source: dict) -> str | None:
             return (f"the Hub has no dataset {repo!r} (or it is private: log in with `hf auth login`); check the id "
                     f"on huggingface.co/datasets")
         except Exception as err:  # noqa: BLE001 - no network, a proxy, a time-out: all mean "cannot reach it"
-            reason = f"the Hugging Face Hub cannot be reached ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+            first = (str(err).strip().splitlines() or [""])[0]
+            reason = f"the Hugging Face Hub cannot be reached ({type(err).__name__}: {first})"
     cached = Path(constants.HF_HUB_CACHE) / f"datasets--{repo.replace('/', '--')}"
     if source.get("streaming") is False and cached.is_dir():
         return None
     how = ("a streamed source is read from the Hub" if source.get("streaming", True) else
            f"the dataset is not in the local cache ({cached})")
-    return f"hf {repo!r}: {reason}, and {how}; connect to the network, or download it and give its folder as path"
+    return (f"hf {repo!r}: {reason}, and {how}; prepare it where there is a network with `{PREPARE}` (and the same "
+            f"--configfile), or download it and give its folder as path")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.families import family_of
 from growlm.growth import load_grown, load_plugins
+from growlm.hub import hub_file, unreachable
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.pretrained import member_cost_flops, spec_of
@@ -89,12 +90,17 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     its revision resolved to) and what its training cost: the stated `members.cost`, or unknown."""
     spec = spec_of(member)
     where, revision = spec["where"], spec["revision"]
+    # a Hub member when the Hub cannot be used: from the cache at once (growlm.hub), not after retries
+    cached = spec["kind"] == "hf" and unreachable() is not None
+    if cached:
+        hub_file(where, "config.json", revision=revision, what="Hub member")  # not in the cache: one whole line
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, revision=revision, attn_implementation="sdpa")
-        tokenizer = AutoTokenizer.from_pretrained(where, revision=revision)
-    except Exception as err:  # a folder that is not a model, no network for a Hub id, a wrong revision
-        raise GrowlmError(f"members.pretrained: {where!r} does not load: {type(err).__name__}: "
-                          f"{str(err).splitlines()[0][:200]}") from None
+        model = AutoModelForCausalLM.from_pretrained(where, revision=revision, attn_implementation="sdpa",
+                                                     local_files_only=cached)
+        tokenizer = AutoTokenizer.from_pretrained(where, revision=revision, local_files_only=cached)
+    except Exception as err:  # a folder that is not a model, a wrong revision, a file missing from the cache
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise GrowlmError(f"members.pretrained: {where!r} does not load: {type(err).__name__}: {first}") from None
     family_of(model)  # a family growlm grows, or a one-line error
     for key in DROPOUT_KEYS:
         if hasattr(model.config, key):

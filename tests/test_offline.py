@@ -1,0 +1,106 @@
+"""Runs without a network, as on cluster compute nodes (growlm.hub, the `prepare` target).
+
+The network is cut for every run here: the Hub's endpoint is a closed port on this machine
+(`HF_ENDPOINT=http://127.0.0.1:9`, refused at once), and the Hub's cache (`HF_HOME`) is the test's own.
+A Hub member that is not in the cache stops the dry run at once, with the whole message naming it
+and the command that prepares it, with `HF_HUB_OFFLINE` set and without. The Hub members a login
+node's `prepare` left in the cache (laid out as huggingface_hub lays out what it downloads) are then
+used by the tiny experiment with no network at all: `prepare` imports them and loads the benchmark
+task's documents, and the rest of the run finishes offline, never waiting on the Hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SNAKEMAKE, TINY
+from test_pretrained import FAST, members
+
+CUT = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_DISABLE_TELEMETRY": "1"}  # port 9: nothing listens
+
+
+def snakemake(wd: Path, *args: str, env: dict, timeout: int = 900) -> tuple[subprocess.CompletedProcess, float]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    full.update(env)
+    t0 = time.perf_counter()
+    proc = subprocess.run([*SNAKEMAKE, *args], cwd=wd, env=full, capture_output=True, text=True, timeout=timeout)
+    return proc, time.perf_counter() - t0
+
+
+def into_hub_cache(hf_home: Path, repo: str, folder: str) -> None:
+    """`folder`'s files as huggingface_hub's cache holds a downloaded model repository: a snapshot folder
+    named by its commit, and refs/main naming that commit (what `prepare` leaves on a login node)."""
+    root = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
+    commit = hashlib.sha1(repo.encode()).hexdigest()
+    snap = root / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in Path(folder).iterdir():
+        if f.is_file():
+            shutil.copy(f, snap / f.name)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+
+
+@pytest.mark.parametrize("offline_variable", [False, True], ids=["network-cut", "HF_HUB_OFFLINE"])
+def test_a_hub_member_without_network_fails_at_once_naming_it(workflow_dir, tmp_path, offline_variable):
+    (workflow_dir / "hub.yaml").write_text("members: {pretrained: [someone/tiny-member-a, someone/tiny-member-b]}\n")
+    env = {**CUT, "HF_HOME": str(tmp_path / "hf"), **({"HF_HUB_OFFLINE": "1"} if offline_variable else {})}
+    proc, took = snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "hub.yaml", env=env)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "the Hub member 'someone/tiny-member-a' cannot be read" in out
+    assert ("HF_HUB_OFFLINE is set" if offline_variable else "cannot be reached (ConnectError") in out
+    # the whole line, not cut: the command that prepares it and the alternative
+    assert "fetch it where there is a network with `snakemake --cores all prepare`" in out
+    assert "or give a local folder instead of the id" in out
+    assert "Retrying" not in out
+    assert took < 5.0, f"the dry run took {took:.1f} s to refuse"
+
+
+@pytest.mark.slow
+def test_prepare_then_run_offline(workflow_dir, tmp_path):
+    """Two Hub members in the cache, a benchmark task of documents in a folder: `prepare` (network cut)
+    imports the members and loads the task's documents, trains nothing; the experiment then runs to
+    the end with HF_HUB_OFFLINE set, and no job waited on the Hub."""
+    wd = workflow_dir
+    hf = tmp_path / "hf"
+    for i, folder in enumerate(members(tmp_path / "mine", "gpt2")):
+        into_hub_cache(hf, f"someone/tiny-member-{'ab'[i]}", folder)
+    task = wd / "my_task"
+    task.mkdir()
+    (task / "docs.jsonl").write_text("".join(json.dumps({"context": "the little red hen said", "target": w}) + "\n"
+                                             for w in ("yes", "no", "who", "I")))
+    (task / "hen.yaml").write_text(
+        "task: hen_words\ndataset_path: json\ndataset_kwargs: {data_files: {test: " + str(task / "docs.jsonl") + "}}\n"
+        "output_type: loglikelihood\ntest_split: test\ndoc_to_text: '{{context}}'\ndoc_to_target: '{{target}}'\n"
+        "metric_list: [{metric: acc, aggregation: mean, higher_is_better: true}]\n")
+    (wd / "hub.yaml").write_text(
+        "experiment: offline\nmethods: [msg]\nmembers: {pretrained: [someone/tiny-member-a, someone/tiny-member-b]}\n"
+        "evaluate: {tasks: [my_task/], task_limit: 4}\n" + FAST)
+    args = ["--cores", "2", "--configfile", str(TINY), "hub.yaml"]
+    env = {**CUT, "HF_HOME": str(hf)}
+
+    proc, _ = snakemake(wd, "prepare", *args, env=env)  # (a target after --configfile would be read as a file)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "every job reads the Hub's local cache" in out  # said once, and the jobs were told
+    assert out.count("rule import_member") == 2 and "rule fetch_task_data" in out
+    assert "rule train_" not in out and "rule refine" not in out
+    record = json.loads((wd / "results/offline/tasks/data/my_task.json").read_text())
+    assert record["tasks"] == {"hen_words": {"test": 4}}
+
+    proc, took = snakemake(wd, *args, env={**env, "HF_HUB_OFFLINE": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "rule import_member" not in out  # prepared: nothing of the Hub is read again
+    assert (wd / "results/offline/eval/comparison.csv").is_file()
+    logs = "".join(p.read_text() for p in (wd / "results/offline/logs").rglob("*.log"))
+    assert "Retrying" not in logs and "huggingface.co" not in logs
