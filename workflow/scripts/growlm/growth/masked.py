@@ -72,10 +72,16 @@ class GrownModel(nn.Module):
         if self.has_groups:
             G = int(self.group_eps.numel())
             self.register_buffer("_onehot", F.one_hot(self.res_group, G).to(self.inner.dtype), persistent=False)
+            if self.spec["cross_masked"]:  # 1 where a weight connects two members' units (fixed by the structure)
+                for key, between in self._between().items():
+                    self.register_buffer(f"_between_{key}", between, persistent=False)
         # [c_mask, 1 - c_mask, c_cross, 1 - c_cross, c_ln, 1 - c_ln, c_ln * eps]: what the forward pass reads
         # of the ramps (see the module docstring); not part of the state dict (the step sets it)
         self.register_buffer("ramp_values", torch.zeros(7, dtype=torch.float32, device=self.inner.device),
                              persistent=False)
+        # which masks can differ from 1 (a mask with no new unit is 1 at every step): fixed by the structure,
+        # so the forward computes only those (concat followed by a depth operator masks new blocks only)
+        self._masked = {k: self.has_masks and bool(getattr(self, k).any()) for k in MASK_KEYS}
         self.step = 0
         self.growth_step(step)
 
@@ -163,19 +169,18 @@ class GrownModel(nn.Module):
     def masked_hidden(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """The final norm's output with the current ramps: what the LM head reads."""
         fam, model = self.family, self.inner
-        m_res = m_head = m_mlp = None
-        if self.has_masks:
-            keep = self.ramp_values[1]  # 1 - c_mask
-            m_res = 1.0 - keep * self.res_new
-            m_head = 1.0 - keep * self.head_new
-            m_mlp = 1.0 - keep * self.mlp_new
-            m_block = 1.0 - keep * self.block_new
+        keep = self.ramp_values[1]  # 1 - c_mask
+        on = self._masked
+        m_res = 1.0 - keep * self.res_new if on["res_new"] else None
+        m_head = 1.0 - keep * self.head_new if on["head_new"] else None
+        m_mlp = 1.0 - keep * self.mlp_new if on["mlp_new"] else None
+        m_block = 1.0 - keep * self.block_new if on["block_new"] else None
         x = fam.embed(model, input_ids)
         if m_res is not None:
             x = x * m_res.to(x.dtype)
         cross = self._cross_factors() if self.spec["cross_masked"] else None  # factors of 1 once c_cross is 1
         for l, blk in enumerate(fam.blocks(model)):
-            mb = m_block[l].to(x.dtype) if self.has_masks else 1.0
+            mb = m_block[l].to(x.dtype) if m_block is not None else 1.0
             norm1, norm2 = fam.norms(blk)
             o = fam.attention(model, l, self._ln(x, norm1, m_res), cross=cross, m_head=m_head)
             if m_res is not None:
@@ -222,21 +227,26 @@ class GrownModel(nn.Module):
             y = y * w
         return y.to(x.dtype)
 
-    def _cross_factors(self) -> dict[str, torch.Tensor]:
-        """1 on weights within a member, c_cross on weights between members, per matrix of the weight
+    CROSS_KEYS = ("q", "k", "v", "o", "fc", "pr")
+
+    def _between(self) -> dict[str, torch.Tensor]:
+        """1 where a weight connects units of different members, 0 within a member, per matrix of the weight
         form ((in, out) orientation): q (residual -> query channels), k and v (residual -> key/value
-        channels), o, fc (and a gated MLP's gate), pr."""
+        channels), o, fc (and a gated MLP's gate), pr. Fixed by the structure: computed once."""
         s = self.shape
         hc = self.head_group.repeat_interleave(s.dh)
         kvc = self.head_group[::s.r].repeat_interleave(s.dh)
-        keep = self.ramp_values[3]  # 1 - c_cross
 
         def f(a, b):
-            return 1.0 - keep * (a[:, None] != b[None, :]).to(self.inner.dtype)
+            return (a[:, None] != b[None, :]).to(self.inner.dtype)
 
-        qk = f(self.res_group, hc)
-        return {"q": qk, "k": f(self.res_group, kvc), "v": f(self.res_group, kvc), "o": f(hc, self.res_group),
-                "fc": f(self.res_group, self.mlp_group), "pr": f(self.mlp_group, self.res_group)}
+        return {"q": f(self.res_group, hc), "k": f(self.res_group, kvc), "v": f(self.res_group, kvc),
+                "o": f(hc, self.res_group), "fc": f(self.res_group, self.mlp_group), "pr": f(self.mlp_group, self.res_group)}
+
+    def _cross_factors(self) -> dict[str, torch.Tensor]:
+        """1 on weights within a member, c_cross on weights between members (`_between`)."""
+        keep = self.ramp_values[3]  # 1 - c_cross
+        return {key: 1.0 - keep * getattr(self, f"_between_{key}") for key in self.CROSS_KEYS}
 
     # -- structure edits (depth operators after concat) ---------------------------------------------
     def with_blocks(self, blocks: list[dict], block_map: list[int | None]) -> "GrownModel":
