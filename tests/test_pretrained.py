@@ -141,3 +141,146 @@ def test_bad_pretrained_members_are_named_before_any_job(workflow_dir, tmp_path)
     counts = job_counts(proc.stdout)
     assert counts["import_member"] == 2 and counts["member_tokenizer"] == 1 and "train_small" not in counts
     shutil.rmtree(empty)
+
+
+def llama_like(root: Path, kind: str, *, n: int = 2, sliding_window: int | None = None,
+               dtype: str = "float32") -> list[str]:
+    """n tiny members of a family growlm reads as Llama, made with transformers directly (Qwen2ForCausalLM
+    with random q, k, v biases, or MistralForCausalLM with `sliding_window`), saved in `dtype` with one
+    fitted tokenizer, as such models come from the Hub."""
+    import torch
+    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from growlm.tokenizer import vocab_size
+
+    tok = root / "tokenizer"
+    fit_tokenizer([REPO / "workflow" / "resources" / "corpus" / "pg18735_little_red_hen.txt"], tok, vocab_size=300)
+    sizes = dict(vocab_size=vocab_size(tok), hidden_size=16, intermediate_size=48, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    out = []
+    for i in range(n):
+        torch.manual_seed(80 + i)
+        if kind == "qwen2":
+            model = Qwen2ForCausalLM(Qwen2Config(**sizes))
+            with torch.no_grad():  # their biases are zero at initialisation: make them count
+                for name, p in model.named_parameters():
+                    if name.endswith("bias"):
+                        p.normal_()
+        else:
+            model = MistralForCausalLM(MistralConfig(**sizes, sliding_window=sliding_window))
+        folder = root / f"{kind}{i + 1}"
+        model.to(getattr(torch, dtype)).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(tok).save_pretrained(folder)
+        out.append(str(folder))
+    return out
+
+
+def test_member_files_are_checked_member_by_member_before_any_job(workflow_dir, tmp_path):
+    """Each member's own files, named with its number (from 1) and what was looked for: missing
+    tokenizer files (not blamed on another member), a tokenizer.json that does not parse, weights whose
+    shapes are not their config's (the safetensors header, read without torch), a weights file cut short;
+    a slow tokenizer's files are accepted."""
+    from growlm import pretrained
+
+    good, base = members(tmp_path / "l", "llama")
+
+    def variant(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        return folder
+
+    no_tok, no_tok_2, bad_tok, bad_weights, cut, slow = (variant(n) for n in (
+        "no_tok", "no_tok_2", "bad_tok", "bad_weights", "cut", "slow"))
+    for folder in (no_tok, no_tok_2):
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (folder / name).unlink()
+    (bad_tok / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    cfg = json.loads((bad_weights / "config.json").read_text())
+    vocab = cfg["vocab_size"]
+    (bad_weights / "config.json").write_text(json.dumps({**cfg, "vocab_size": vocab + 7}))
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    tok = json.loads((slow / "tokenizer.json").read_text())
+    (slow / "tokenizer.json").unlink()
+    (slow / "vocab.json").write_text(json.dumps(tok["model"]["vocab"]))
+    (slow / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(m) for m in tok["model"]["merges"]))
+    (slow / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+
+    # one dry run: every bad member named with its number, none blamed for another
+    items = [good, str(no_tok), str(bad_tok), str(bad_weights)]
+    (wd := workflow_dir / "bad.yaml").write_text(f"members: {{pretrained: {json.dumps(items)}}}\n")
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "bad.yaml", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    for expected in [
+        f"member 2 (members.pretrained, {no_tok}): no tokenizer files (tokenizer.json, or tokenizer_config.json "
+        f"with vocab/merges files)",
+        f"member 3 (members.pretrained, {bad_tok}): its tokenizer.json does not load (",
+        f"member 4 (members.pretrained, {bad_weights}): its weights do not match its config.json "
+        f"(model.embed_tokens.weight is {vocab} x 16, where its vocab_size x hidden_size make {vocab + 7} x 16",
+    ]:
+        assert expected in text, (expected, text[-3000:])
+    assert "differs" not in text and "member 1 (" not in text and "members.pretrained[" not in text
+    wd.unlink()
+
+    def found(items):
+        return pretrained.problems([str(i) for i in items], n_values=[1], context=64)[0]
+
+    assert found([no_tok, no_tok_2]) == [
+        f"member {k} (members.pretrained, {f}): no tokenizer files (tokenizer.json, or tokenizer_config.json with "
+        f"vocab/merges files); save its tokenizer with it (tokenizer.save_pretrained)"
+        for k, f in ((1, no_tok), (2, no_tok_2))]
+    (problem,) = found([good, cut])
+    assert problem.startswith(f"member 2 (members.pretrained, {cut}): its model.safetensors does not load (cut short")
+    assert found([slow]) == []
+    (problem,) = found([good, slow])  # the same tokenizer in other files: not comparable before any job
+    assert "its tokenizer is in vocab.json and merges.txt, member 1's in tokenizer.json" in problem
+
+
+def test_qwen2_and_mistral_members_are_read_as_llama(workflow_dir, tmp_path, capsys):
+    """Qwen2 (q, k, v biases) and Mistral without a sliding window shorter than the context are Llama
+    in all but configuration: the config check accepts them (bfloat16 members with one warning line
+    each: growlm trains in float32), the import makes each a LlamaForCausalLM whose logits are the
+    member's, and a sliding window shorter than model.context is refused in one line."""
+    import torch
+
+    from growlm import pretrained
+    from growlm.errors import GrowlmError
+    from growlm.jobs.train import import_member
+
+    qwen = llama_like(tmp_path / "q", "qwen2", dtype="bfloat16")
+    (workflow_dir / "qwen.yaml").write_text(f"members: {{pretrained: {json.dumps(qwen)}}}\n" + FAST)
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
+                         "qwen.yaml")
+    for k, folder in enumerate(qwen, start=1):
+        assert (f"growlm: warning: member {k} (members.pretrained, {folder}): its weights are bfloat16; growlm "
+                f"trains in float32, so the import converts them to float32") in proc.stderr, proc.stderr[-3000:]
+    assert job_counts(proc.stdout)["import_member"] == 2
+
+    mistral = llama_like(tmp_path / "m", "mistral", n=1)  # no sliding window
+    long_window = llama_like(tmp_path / "w", "mistral", n=1, sliding_window=4096)  # longer than the context
+    short_window = llama_like(tmp_path / "s", "mistral", n=1, sliding_window=32)
+    for items in (mistral, long_window):
+        problems, read = pretrained.problems(items, n_values=[1], context=128)
+        assert problems == [] and read[0]["shape"].family == "llama" and not read[0]["shape"].attention_bias
+    assert pretrained.problems(qwen, n_values=[2], context=128)[1][0]["shape"].attention_bias
+    (problem,) = pretrained.problems(short_window, n_values=[1], context=128)[0]
+    assert problem.startswith(f"member 1 (members.pretrained, {short_window[0]}): a 'mistral' model with a sliding "
+                              f"attention window of 32 tokens, shorter than model.context = 128")
+
+    ids = torch.randint(0, 250, (2, 128), generator=torch.Generator().manual_seed(1))
+    for src in (qwen[0], mistral[0], long_window[0]):
+        out = tmp_path / "imported" / Path(src).name / "m1"
+        info = import_member(src, out_dir=out, context=128)
+        imported = AutoModelForCausalLM.from_pretrained(out)
+        original = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        assert type(imported) is LlamaForCausalLM and info["converted_from"] == original.config.model_type
+        with torch.no_grad():
+            assert torch.equal(imported(ids).logits, original(ids).logits), src
+        assert imported.config.attention_bias == (src in qwen)
+        if src in qwen:  # Llama's attention_bias puts a bias on o too: zero, as Qwen2 has none
+            assert all(not blk.self_attn.o_proj.bias.any() for blk in imported.model.layers)
+            assert info["source_dtype"] == "bfloat16"
+    assert "member 1 (members.pretrained, %s): its weights are bfloat16" % qwen[0] in capsys.readouterr().out
+    with pytest.raises(GrowlmError, match="sliding attention window of 32 tokens, shorter than model.context = 128"):
+        import_member(short_window[0], out_dir=tmp_path / "imported" / "short" / "m1", context=128)

@@ -9,6 +9,21 @@ in the members' family and vocabulary, from the members' config resized to d1 an
 (`growlm.model.build_model(like=...)`), so the baseline differs from the grown model in nothing but
 its initialisation; the members' tokenizer encodes the corpus instead of a fitted one.
 
+What would otherwise fail in a job, or later and elsewhere, is named there too, member by member
+(`label`: "member 2 (members.pretrained, PATH)", numbered from 1 like the import jobs' folders): a member
+without tokenizer files, or whose tokenizer.json does not parse (`tokenizers`, torch-free); weights
+that do not match their config.json (read from the safetensors header alone, `safetensors_header`: a
+config that says 400 tokens over weights for 420 would make from_pretrained fail in the import job, or
+silently re-initialise what does not fit). A member stored in another dtype than float32 (bfloat16,
+float16) is legal: growlm trains in float32 and the import converts it, which the config check says in
+one warning line per member (`warn_before_jobs`) and the import job logs.
+
+Families whose blocks are Llama's and that differ from it only in configuration are read as Llama
+(`READ_AS_LLAMA`, `llama_config`): Qwen2 (biases on q, k and v) and Mistral without a sliding window
+shorter than the context. The import job converts them into a `LlamaForCausalLM` with the same
+weights and checks on a few tokens that its logits are the member's, so everything downstream (the
+growth operators, M_0 built like the members) sees one family.
+
 The import job (`import_member`, torch) loads each member with `AutoModelForCausalLM.from_pretrained`
 (the same call for a folder and a Hub id, with `revision`), sets its dropout to zero (growlm trains
 without dropout; a Hub GPT-2's config has 0.1), and saves it as a growlm model folder with its
@@ -19,15 +34,53 @@ case the comparison reports only the ratio with the members free and says so.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
+import re
+import struct
+import sys
+from collections import Counter
 from pathlib import Path
 
+from huggingface_hub import try_to_load_from_cache
+from tokenizers import Tokenizer
 
 from growlm.errors import GrowlmError
 from growlm.flops import shape_flops, train_flops_per_token
+from growlm.hints import is_job_step
 from growlm.hub import hub_file
 from growlm.shape import FAMILIES, ModelShape
+
+# families whose blocks are Llama's, differing from it only in configuration: read as llama, exactly
+READ_AS_LLAMA = {
+    "qwen2": "biases on the q, k and v projections: Llama's attention_bias, with a zero bias on o",
+    "mistral": "a sliding attention window: Llama's full attention when the window spans model.context",
+}
+# what a Llama config takes from theirs (the rest is Llama's default, or set by llama_config)
+LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range",
+              "rms_norm_eps", "rope_parameters", "rope_theta", "rope_scaling", "attention_dropout",
+              "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+# transformers' defaults for a key a config.json leaves out, where they differ from Llama's
+FAMILY_DEFAULTS = {
+    "qwen2": {"num_key_value_heads": 32, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
+    "mistral": {"num_key_value_heads": 8, "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
+                "bos_token_id": 1, "eos_token_id": 2},
+}
+TOKENIZER_FILES = "tokenizer.json, or tokenizer_config.json with vocab/merges files"
+SLOW_TOKENIZER_FILES = (("vocab.json", "merges.txt"), ("tokenizer.model",))  # what AutoTokenizer converts
+SAFETENSORS_FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                      "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+EXACT_IN_FLOAT32 = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")  # every value is a float32
+BLOCK_INDEX = re.compile(r"(?:^|\.)(?:h|layers)\.(\d+)\.")  # transformer.h.3.attn..., model.layers.3.mlp...
+
+
+def label(number: int, where) -> str:
+    """How every message names a member: `member 2 (members.pretrained, models/b)`, numbered from 1 like
+    the import jobs' folders (models/pretrained/m2)."""
+    return f"member {number} (members.pretrained, {where})"
 
 
 def spec_of(item) -> dict:
@@ -53,11 +106,56 @@ def member_file(spec: dict, name: str) -> Path | None:
     return hub_file(spec["where"], name, revision=spec.get("revision"), what="Hub member")
 
 
-def shape_of_config(cfg: dict, where: str) -> ModelShape:
-    """The ModelShape of a config.json (torch-free)."""
+def sliding_window(cfg: dict) -> int | None:
+    """The attention window of a member's sliding-window layers as transformers reads its config, or
+    None when every layer attends to the whole context. Mistral: `sliding_window` on every layer (4096
+    when the key is absent, MistralConfig's default; null: none). Qwen2: only with `use_sliding_window`,
+    on the layers its `layer_types` mark `sliding_attention` (without them: from `max_window_layers` on)."""
     family = cfg.get("model_type")
+    if family == "mistral":
+        return cfg.get("sliding_window", 4096)
+    if family == "qwen2" and cfg.get("use_sliding_window") and cfg.get("sliding_window", 4096) is not None:
+        layers = cfg.get("layer_types") or ["sliding_attention" if i >= cfg.get("max_window_layers", 28) else
+                                            "full_attention" for i in range(cfg["num_hidden_layers"])]
+        return cfg.get("sliding_window", 4096) if "sliding_attention" in layers else None
+    return None
+
+
+def llama_config(cfg: dict, where: str, *, context: int | None) -> dict:
+    """The Llama config (LlamaConfig's keys) of a member whose family is read as Llama (READ_AS_LLAMA);
+    a Llama config as it is. Torch-free, for the config check, and the one translation the import job
+    builds its LlamaForCausalLM from (then checking that its logits are the member's).
+
+    Qwen2's attention has biases on q, k and v and none on o; Llama's `attention_bias` puts them on all
+    four, so the Llama form has a zero o bias, which adds nothing: the same function. Mistral is Llama
+    with a sliding window: a token attends to the `sliding_window` tokens up to itself, so a window of at
+    least `context` tokens (the longest sequence growlm trains and evaluates on) is full causal attention
+    and the same function; a shorter one is not, and the member is refused (GrowlmError). `context`
+    None: the translation only, unchecked (what an imported member's config already is)."""
+    family = cfg.get("model_type")
+    if family not in READ_AS_LLAMA:
+        return cfg
+    window = sliding_window(cfg)
+    if window is not None and context is not None and window < context:
+        raise GrowlmError(f"{where}: a {family!r} model with a sliding attention window of {window} tokens, shorter "
+                          f"than model.context = {context}; growlm's Llama models attend to the whole context, so "
+                          f"it would not be the same model: use model.context <= {window}, or a member without a "
+                          f"sliding window")
+    out = {**FAMILY_DEFAULTS.get(family, {}), **{k: cfg[k] for k in LLAMA_KEYS if cfg.get(k) is not None}}
+    out.update(model_type="llama", architectures=["LlamaForCausalLM"], attention_bias=family == "qwen2",
+               mlp_bias=False)
+    return out
+
+
+def shape_of_config(cfg: dict, where: str, *, context: int | None = None) -> ModelShape:
+    """The ModelShape of a config.json (torch-free); a family read as Llama (READ_AS_LLAMA) is a llama,
+    refused if its sliding window is shorter than `context` (model.context; None: not checked)."""
+    family = cfg.get("model_type")
+    if family in READ_AS_LLAMA:
+        cfg, family = llama_config(cfg, where, context=context), "llama"
     if family not in FAMILIES:
-        raise GrowlmError(f"{where}: a {family!r} model; growlm grows {' and '.join(FAMILIES)} models")
+        raise GrowlmError(f"{where}: a {family!r} model; growlm grows {' and '.join(FAMILIES)} models (and reads "
+                          f"{' and '.join(READ_AS_LLAMA)} models as llama)")
     if family == "gpt2":
         return ModelShape(n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
                           vocab_size=cfg["vocab_size"], n_positions=cfg.get("n_positions", 1024),
@@ -73,26 +171,191 @@ def shape_of_config(cfg: dict, where: str) -> ModelShape:
                       n_kv_head=cfg.get("num_key_value_heads") or h, attention_bias=cfg.get("attention_bias", False))
 
 
-def read_member(item) -> dict:
-    """{"spec", "config" (dict), "shape", "tokenizer" (a digest of what makes it the tokenizer)} of one
-    member, or GrowlmError naming it and what is wrong."""
-    spec = spec_of(item)
+def read_member(item, number: int, *, context: int) -> dict:
+    """{"spec", "label", "config" (dict), "shape", "tokenizer" (what makes it the tokenizer), "dtype" (of
+    its stored weights, or None)} of member `number` (from 1), or GrowlmError naming it and what is
+    wrong: its folder, config.json, weights (their safetensors header against the config) and tokenizer
+    files, each as the import job would need them."""
+    try:
+        spec = spec_of(item)
+    except GrowlmError:
+        raise GrowlmError(f"member {number} (members.pretrained): {item!r} is not a folder, a Hub id, or a mapping "
+                          f"with path or hf (and an optional revision)") from None
     where = spec["where"]
+    name = label(number, where)
     if spec["kind"] == "path" and not Path(where).is_dir():
-        raise GrowlmError(f"members.pretrained: {where!r}: no such folder")
-    path = member_file(spec, "config.json")
+        raise GrowlmError(f"{name}: no such folder")
+    try:
+        path = member_file(spec, "config.json")
+    except GrowlmError as err:  # a Hub member that cannot be read
+        raise GrowlmError(f"{name}: {err}") from None
     if path is None:
-        raise GrowlmError(f"members.pretrained: {where!r}: no config.json (not a save_pretrained folder)")
+        raise GrowlmError(f"{name}: no config.json (not a save_pretrained folder)")
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise GrowlmError(f"members.pretrained: {where!r}: config.json does not load ({err})") from None
-    shape = shape_of_config(cfg, f"members.pretrained: {where!r}")
-    weights = [n for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
-               if spec["kind"] == "hf" or (Path(where) / n).is_file()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GrowlmError(f"{name}: its config.json does not load ({err})") from None
+    try:
+        shape = shape_of_config(cfg, name, context=context)
+    except (KeyError, TypeError, ValueError) as err:  # a key missing, or of the wrong kind
+        raise GrowlmError(f"{name}: its config.json does not describe a model ({type(err).__name__}: {err}); save "
+                          f"it again with the model (save_pretrained)") from None
+    weights = [n for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                           "pytorch_model.bin.index.json") if spec["kind"] == "hf" or (Path(where) / n).is_file()]
     if not weights:
-        raise GrowlmError(f"members.pretrained: {where!r}: no weights (model.safetensors)")
-    return {"spec": spec, "config": cfg, "shape": shape, "tokenizer": tokenizer_digest(spec)}
+        raise GrowlmError(f"{name}: no weights (model.safetensors)")
+    header = weights_header(spec, name)
+    if header:
+        wrong = weight_problems(header, shape)
+        if wrong:
+            raise GrowlmError(f"{name}: its weights do not match its config.json ({'; '.join(wrong[:3])}); save the "
+                              f"model with the config it was trained with (save_pretrained)")
+    return {"spec": spec, "label": name, "config": cfg, "shape": shape, "tokenizer": tokenizer_identity(spec, name),
+            "dtype": stored_dtype(header, cfg)}
+
+
+def safetensors_header(path: Path) -> dict:
+    """{tensor name: {"dtype", "shape", "data_offsets"}} of a safetensors file, from its header alone (8
+    bytes giving the header's length, little-endian, then that many bytes of JSON): torch-free, and
+    without reading the weights. ValueError, saying why, for a file that is not one or is cut short."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{size} bytes, too few for a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise ValueError(f"its header would be {n} bytes long and the file has {size}: not a safetensors file")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError("its header is not JSON: not a safetensors file") from None
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a table of tensors: not a safetensors file")
+    header.pop("__metadata__", None)
+    try:
+        end = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
+        for t in header.values():
+            t["shape"], t["dtype"] = [int(k) for k in t["shape"]], str(t["dtype"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise ValueError("its header does not describe tensors: not a safetensors file") from None
+    if 8 + n + end > size:
+        raise ValueError(f"cut short: its tensors need {8 + n + end} bytes and the file has {size}")
+    return header
+
+
+def weights_header(spec: dict, name: str) -> dict | None:
+    """The safetensors headers of a member's weights, one table (a sharded checkpoint's shards, as its
+    model.safetensors.index.json names them); None where they cannot be read torch-free and without a
+    download: pytorch_model.bin, or a Hub member whose model.safetensors is not in the local cache
+    (the import job's from_pretrained checks those). GrowlmError naming a file that is not readable."""
+    if spec["kind"] == "hf":
+        cached = try_to_load_from_cache(spec["where"], "model.safetensors", revision=spec.get("revision"))
+        files = [Path(cached)] if isinstance(cached, str) else []
+    else:
+        folder = Path(spec["where"])
+        files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
+        index = folder / "model.safetensors.index.json"
+        if not files and index.is_file():
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
+                raise GrowlmError(f"{name}: its model.safetensors.index.json does not load ({err!r})") from None
+            missing = [s for s in shards if not (folder / s).is_file()]
+            if missing:
+                raise GrowlmError(f"{name}: its model.safetensors.index.json names {missing[0]}, which is not in the "
+                                  f"folder; copy every shard of the checkpoint")
+            files = [folder / s for s in shards]
+    header = {}
+    for path in files:
+        try:
+            header.update(safetensors_header(path))
+        except (OSError, ValueError) as err:
+            raise GrowlmError(f"{name}: its {path.name} does not load ({err}); save the model again "
+                              f"(save_pretrained)") from None
+    return header or None
+
+
+def _dims(shape) -> str:
+    return " x ".join(str(k) for k in shape)
+
+
+def weight_problems(header: dict, shape: ModelShape) -> list[str]:
+    """Where a member's weights disagree with the shape its config.json gives, one phrase each: the
+    tensors whose shapes the config fixes (the token embedding, an untied head, GPT-2's positions, the
+    first block's query, key/value and MLP projections) and the number of blocks."""
+    s = shape
+    if s.family == "gpt2":
+        want = [("wte.weight", (s.V, s.d), "vocab_size x n_embd"), ("wpe.weight", (s.T, s.d), "n_positions x n_embd"),
+                ("h.0.attn.c_attn.weight", (s.d, 3 * s.d), "n_embd x 3 n_embd"),
+                ("h.0.mlp.c_fc.weight", (s.d, s.f), "n_embd x n_inner")]
+        depth = "n_layer"
+    else:
+        want = [("embed_tokens.weight", (s.V, s.d), "vocab_size x hidden_size"),
+                ("lm_head.weight", (s.V, s.d), "vocab_size x hidden_size"),
+                ("layers.0.self_attn.q_proj.weight", (s.h * s.dh, s.d), "num_attention_heads x head_dim, hidden_size"),
+                ("layers.0.self_attn.k_proj.weight", (s.g * s.dh, s.d),
+                 "num_key_value_heads x head_dim, hidden_size"),
+                ("layers.0.mlp.up_proj.weight", (s.f, s.d), "intermediate_size x hidden_size")]
+        depth = "num_hidden_layers"
+    out = []
+    for suffix, expected, what in want:
+        for name, t in header.items():
+            if (name == suffix or name.endswith("." + suffix)) and tuple(t["shape"]) != expected:
+                out.append(f"{name} is {_dims(t['shape'])}, where its {what} make {_dims(expected)}")
+    blocks = {int(m.group(1)) for m in map(BLOCK_INDEX.search, header) if m}
+    if blocks and len(blocks) != s.L:
+        out.append(f"they hold {len(blocks)} blocks, its {depth} says {s.L}")
+    return out
+
+
+def stored_dtype(header: dict | None, cfg: dict) -> str | None:
+    """The dtype a member's weights are stored in ("bfloat16", ...; "bfloat16 and float32" when mixed):
+    its safetensors header's floating-point tensors, else its config's `dtype` (`torch_dtype` before
+    transformers 5); None when neither says."""
+    kinds = Counter(SAFETENSORS_FLOATS.get(t["dtype"], t["dtype"].lower()) for t in (header or {}).values()
+                    if t["dtype"].startswith(("F", "BF")))
+    if kinds:
+        return " and ".join(sorted(kinds))
+    said = cfg.get("dtype") or cfg.get("torch_dtype")
+    return str(said).removeprefix("torch.") if isinstance(said, str) else None
+
+
+def dtype_warning(member: dict) -> str | None:
+    """The one line that says a member is not stored in float32 and is converted (growlm trains in
+    float32), or None."""
+    dtype = member.get("dtype")
+    if dtype in (None, "float32"):
+        return None
+    exact = all(part in EXACT_IN_FLOAT32 for part in dtype.split(" and "))
+    how = "exactly: every such value is a float32 value" if exact else "rounded to float32's precision"
+    return f"{member['label']}: its weights are {dtype}; growlm trains in float32, so the import converts them to " \
+           f"float32 ({how})"
+
+
+def warn_before_jobs(read: list[dict]) -> list[str]:
+    """The members' warnings (`dtype_warning`), printed as growlm's warnings in the user's run (not in a
+    job's step, which parses the Snakefile again); returned too."""
+    lines = [w for w in map(dtype_warning, read) if w]
+    if not is_job_step(sys.argv):
+        for line in lines:
+            print(f"growlm: warning: {line}", file=sys.stderr)
+    return lines
+
+
+def _tokenizer_core(tok: dict) -> str:
+    model = tok.get("model", {})
+    core = {"vocab": model.get("vocab"), "merges": model.get("merges"), "type": model.get("type"),
+            "added": sorted((t.get("id"), t.get("content")) for t in tok.get("added_tokens", []))}
+    return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_tokenizer(text: str) -> str:
+    """The digest (`_tokenizer_core`) of a tokenizer.json's text that parses as a tokenizer; parsed once
+    for members that share one (a large vocabulary takes a fraction of a second)."""
+    Tokenizer.from_str(text)
+    return _tokenizer_core(json.loads(text))
 
 
 def tokenizer_digest(spec: dict) -> str | None:
@@ -105,36 +368,69 @@ def tokenizer_digest(spec: dict) -> str | None:
         tok = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise GrowlmError(f"members.pretrained: {spec['where']!r}: tokenizer.json does not load ({err})") from None
-    model = tok.get("model", {})
-    core = {"vocab": model.get("vocab"), "merges": model.get("merges"), "type": model.get("type"),
-            "added": sorted((t.get("id"), t.get("content")) for t in tok.get("added_tokens", []))}
-    return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()
+    return _tokenizer_core(tok)
+
+
+def tokenizer_identity(spec: dict, name: str) -> str:
+    """What makes a member's tokenizer the one it is, "FILES:digest", compared across the members; or
+    GrowlmError naming the member and the files looked for. A tokenizer.json must parse as a tokenizer
+    (`tokenizers.Tokenizer`, as the import job's AutoTokenizer reads it; its digest is that of
+    `tokenizer_digest`); without one, a slow tokenizer's files beside a tokenizer_config.json (which
+    says their class): vocab.json and merges.txt, or a SentencePiece tokenizer.model, which the import
+    job converts into a tokenizer.json."""
+    path = member_file(spec, "tokenizer.json")
+    if path is not None:
+        try:
+            core = _parsed_tokenizer(path.read_text())
+        except Exception as err:  # noqa: BLE001 - unreadable, not JSON, or not a tokenizer (tokenizers' own error)
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise GrowlmError(f"{name}: its tokenizer.json does not load ({first}); save its tokenizer again "
+                              f"(tokenizer.save_pretrained)") from None
+        return f"tokenizer.json:{core}"
+    if member_file(spec, "tokenizer_config.json") is not None:
+        for names in SLOW_TOKENIZER_FILES:
+            paths = [member_file(spec, n) for n in names]
+            if all(paths):
+                if names == ("tokenizer.model",) and importlib.util.find_spec("sentencepiece") is None:
+                    raise GrowlmError(f"{name}: its tokenizer is a SentencePiece tokenizer.model, which loads only "
+                                      f"with the sentencepiece package (pip install sentencepiece); or give it a "
+                                      f"tokenizer.json")
+                digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
+                return f"{' and '.join(names)}:{digest}"
+    raise GrowlmError(f"{name}: no tokenizer files ({TOKENIZER_FILES}); save its tokenizer with it "
+                      f"(tokenizer.save_pretrained)")
 
 
 def problems(items: list, *, n_values: list[int], context: int) -> tuple[list[str], list[dict]]:
     """(the problems with the members, one line each; what was read of each member)."""
     out, read = [], []
-    for item in items:
+    for number, item in enumerate(items, start=1):
         try:
-            read.append(read_member(item))
+            read.append(read_member(item, number, context=context))
         except GrowlmError as err:
             out.append(str(err))
     if out or not read:
         return out, read
     first = read[0]
-    for i, m in enumerate(read[1:], start=2):
-        where = f"members.pretrained[{i - 1}] ({m['spec']['where']})"
+    for m in read[1:]:
         for what, a, b in (("family", first["shape"].family, m["shape"].family),
                            ("vocabulary size", first["shape"].V, m["shape"].V),
                            ("width", first["shape"].d, m["shape"].d), ("depth", first["shape"].L, m["shape"].L),
                            ("heads", first["shape"].h, m["shape"].h),
                            ("key/value heads", first["shape"].g, m["shape"].g),
-                           ("MLP width", first["shape"].f, m["shape"].f)):
+                           ("MLP width", first["shape"].f, m["shape"].f),
+                           ("attention biases", *("on" if x["shape"].attention_bias else "off" for x in (first, m)))):
             if a != b:
-                out.append(f"{where}: its {what} is {b}, member 1's {a}; members must be of one family and shape")
+                out.append(f"{m['label']}: its {what} is {b}, member 1's {a}; members must be of one family and shape")
         if m["tokenizer"] != first["tokenizer"]:
-            out.append(f"{where}: its tokenizer differs from member 1's ({first['spec']['where']}); the members must "
-                       f"share one tokenizer (it encodes the corpus for every model)")
+            files, first_files = m["tokenizer"].partition(":")[0], first["tokenizer"].partition(":")[0]
+            if files != first_files:
+                out.append(f"{m['label']}: its tokenizer is in {files}, member 1's in {first_files} "
+                           f"({first['spec']['where']}); give every member the same tokenizer files (growlm compares "
+                           f"them before any job: one tokenizer encodes the corpus for every model)")
+            else:
+                out.append(f"{m['label']}: its tokenizer differs from member 1's ({first['spec']['where']}); the "
+                           f"members must share one tokenizer (it encodes the corpus for every model)")
     for n in n_values:
         if n > len(read):
             out.append(f"n = {n}: members.pretrained names {len(read)} member(s); use n <= {len(read)}")

@@ -647,8 +647,10 @@ def timing_problems(config: dict, sweep: dict) -> list[str]:
 def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
     """With `members.pretrained`: read the members (growlm.pretrained), and make the experiment theirs,
     in place - d0 and L0 are the members', and the model settings (family, head size, key/value heads,
-    MLP ratio, tying) are the members' too, so that M_0 and M_1 are built like them. The problems
-    found, one line each (none without pretrained members)."""
+    MLP ratio, tying, attention biases) are the members' too, so that M_0 and M_1 are built like them
+    (a Qwen2 or Mistral member is read as llama: the import makes it one). The problems found, one line
+    each (none without pretrained members); what is legal but worth knowing (a member stored in
+    bfloat16, converted to float32) is printed as a warning, one line per member."""
     items = config["members"].get("pretrained") or []
     if not items:
         return []
@@ -661,6 +663,7 @@ def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
     out += found
     if out:
         return out
+    pretrained.warn_before_jobs(read)
     s = read[0]["shape"]
     sweep["d0"], sweep["L0"] = [s.d], [s.L]
     m = config["model"]
