@@ -53,14 +53,18 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         (["grow={optimizer_state: carry}"], "grow.optimizer_state: removed: the carry-over of the members' AdamW "
                                             "moments is the `carry` refinement operator now"),
         (["model={head_dim: abc}"], "model.head_dim = 'abc'"),
-        (["members={data: shard}"], "members.data = 'shard': 'shard' is not one of ['seed', 'shards', 'clusters']"),
+        (["members={data: shard}"], "members.data = 'shard': not allowed; expected one of seed, shards, clusters"),
         (["members={data: clusters, shards: 9}"], "members.data = clusters: 9 clusters of whole books"),
         (["methods=[[teach]]"], "has only refinement operators (teach)"),
         (["methods=[[msg, teach]]", "grow={options: {teach: {temprature: 3}}}"], "option(s) temprature not taken by "
                                                                                  "msg+teach"),
         (["methods=[msg_members]", "n_members=3"], "msg_members places m_2..m_3 beside m_1 in the new capacity"),
         (["grow={plugins: [nowhere.py]}"], "grow.plugins: nowhere.py does not exist"),
-        (["train={compile: fast}"], "train.compile = 'fast': 'fast'; expected boolean or one of default, reduce-overhead"),
+        (["train={compile: fast}"], "train.compile = 'fast': not allowed; expected boolean or one of default, "
+                                    "reduce-overhead"),
+        # values read as the numbers they are, every alternative named
+        (["budgets=[0]"], "budgets = [0]: not allowed; expected integer >= 1 or a list of (integer >= 1)"),
+        (["train={small: {tokens: -5}}"], "train.small.tokens = -5: not allowed; expected integer >= 1 or 'gstack'; "),
     ],
 )
 def test_bad_config_is_named(workflow_dir, override, message):

@@ -44,7 +44,7 @@ def preflight():
             f"`{hints.rebuild(*[path for path, _ in damaged])}`"
         )
     if os.path.exists(res("eval/comparison.csv")):
-        gone = outputs.missing(kept_outputs())
+        gone = outputs.gone(R, kept_outputs())  # made by the last finished run, and missing now
         if gone:
             listed = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
             if "report" in COMMAND["given"]:
@@ -124,4 +124,5 @@ onstart:
 
 onsuccess:
     # what made this folder's results, for the next run's warning about changed settings
-    outputs.record(R, config, workflow.overwrite_configfiles or workflow.configfiles)
+    made = [p for p in kept_outputs() if os.path.exists(p)]  # (a run of some targets made only those)
+    outputs.record(R, config, workflow.overwrite_configfiles or workflow.configfiles, made=made)

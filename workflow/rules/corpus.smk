@@ -30,7 +30,7 @@ rule prepare_source:
         "../envs/growlm.yaml"
     threads: source_threads
     params:
-        settings=lambda wc: source_settings(config, SOURCES[wc.source]),
+        settings=source_params,
     script:
         "../scripts/prepare_source.py"
 

@@ -92,7 +92,7 @@ rule evaluate_tasks:
     resources:
         **evaluation_resources(),
     params:
-        spec=lambda wc: TASKS[wc.task],
+        spec=task_spec,
         limit=config["evaluate"]["task_limit"],
     script:
         "../scripts/evaluate_tasks.py"

@@ -6,7 +6,7 @@
 rule grow:
     input:
         members=member_models,
-        plugins=lambda wc: plugin_files(config, wc.method),
+        plugins=lambda wc: [ancient(f) for f in plugin_files(config, wc.method)],  # by content: grow_params
         data=f"{LARGE_TOKENS}/train.npy",
         val=f"{LARGE_TOKENS}/val.npy",
         tokenizer=res("tokenizer/tokenizer.json"),

@@ -3,23 +3,55 @@
 
 from pathlib import Path
 
-from growlm.experiment import trunk_tokens
+from growlm.experiment import canonical, source_settings, trunk_tokens
 from growlm.methods import SCHEDULES, is_single_member_control, members_used
+from growlm.outputs import content_digest
 from growlm.pretrained import spec_of as pretrained_spec
 from growlm.sources import local_files
 
+# Inputs from outside the workflow (a member's folder, a local corpus file, a task folder, a plugin file)
+# are known by their content, not their file dates: each is marked `ancient` (its date never reruns
+# anything) and its content digest (growlm.outputs.content_digest) stands in the job's params, so a change
+# of content reruns exactly the jobs that read it, and a copy or a touch without a change reruns nothing.
+# The same holds for an imported member's files that other jobs read only for what they share with every
+# member (its tokenizer, its config): a change of another part of member 1 (its weights) reruns its import
+# and the arms grown from it, never the tokenizer, the token files or M_0.
 
-def pretrained_files(wildcards):
-    """The local files a pretrained member is imported from (none for a Hub id)."""
-    spec = pretrained_spec(PRETRAINED_MEMBERS[int(wildcards.member) - 1])
+
+def content(files):
+    """The content digest of `files` (cached by file stamps in the experiment's folder)."""
+    return content_digest(files, R)
+
+
+def _member_files(i):
+    spec = pretrained_spec(PRETRAINED_MEMBERS[i - 1])
     if spec["kind"] != "path":
         return []
     return sorted(str(p) for p in Path(spec["where"]).iterdir() if p.is_file())
 
 
+def pretrained_files(wildcards):
+    """The local files a pretrained member is imported from (none for a Hub id: its revision is its
+    identity), by content."""
+    return [ancient(f) for f in _member_files(int(wildcards.member))]
+
+
+def pretrained_content(wildcards):
+    """The content digest of a member's local files (a Hub id: its revision)."""
+    return content(_member_files(int(wildcards.member)))
+
+
+def member_part_digest(name):
+    """The digest of one file of member 1's own folder (its tokenizer.json, config.json), or of the Hub
+    id for a Hub member: what the tokenizer and M_0 take from the members."""
+    files = [f for f in _member_files(1) if Path(f).name == name]
+    return content(files) if files else canonical(PRETRAINED_MEMBERS[0])
+
+
 def like_config(wildcards):
-    """M_0 is built like the pretrained members (their config, resized): it waits for member 1's import."""
-    return [f"{PRETRAINED.format(member=1)}/config.json"] if PRETRAINED_MEMBERS else []
+    """M_0 is built like the pretrained members (their config, resized): it waits for member 1's import,
+    but only a change of member 1's config reruns it (`like_digest`)."""
+    return [ancient(f"{PRETRAINED.format(member=1)}/config.json")] if PRETRAINED_MEMBERS else []
 
 
 def member_dirs(wildcards):
@@ -44,7 +76,16 @@ def source_input(wildcards):
     if src.get("url"):
         return [f"{R}/downloads/{wildcards.source}.txt"]
     spec = src.get("path") or src["hf"]
-    return [str(f) for f in local_files(spec)] if src.get("path") or Path(spec).is_dir() else []
+    return [ancient(str(f)) for f in local_files(spec)] if src.get("path") or Path(spec).is_dir() else []
+
+
+def source_params(wildcards):
+    """What the job preparing a source reads (growlm.experiment.source_settings), and for a local file or
+    folder, the digest of its content (its dates never rerun it)."""
+    src = SOURCES[wildcards.source]
+    settings = source_settings(config, src)
+    local = src.get("path") or (src.get("hf") and Path(str(src["hf"])).is_dir())
+    return {**settings, "content": content(source_input(wildcards))} if local else settings
 
 
 def level_sources(wildcards):
@@ -65,8 +106,20 @@ def task_inputs(wildcards):
     if spec["bundled"]:
         return [f"{spec['folder']}/{wildcards.task}.yaml", f"{spec['folder']}/test.jsonl"]
     if spec["folder"]:
-        return sorted(str(f) for f in Path(spec["folder"]).rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        return [ancient(f) for f in _task_files(spec)]
     return []
+
+
+def _task_files(spec):
+    return sorted(str(f) for f in Path(spec["folder"]).rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+
+
+def task_spec(wildcards):
+    """A task job's entry (growlm.tasks.task_specs); for a folder of your own, with its content digest."""
+    spec = TASKS[wildcards.task]
+    if spec["folder"] and not spec["bundled"]:
+        return {**spec, "content": content(_task_files(spec))}
+    return spec
 
 
 def profile_inputs(wildcards):

@@ -64,7 +64,8 @@ def grow_params(wildcards):
     return {
         "members": member_dirs(wildcards),
         **grow_settings(config, wildcards.method),
-        **({"plugins": plugins} if plugins else {}),
+        # a plugin file is known by its content (rules/inputs.smk), not its date
+        **({"plugins": plugins, "plugins_content": content(plugins)} if plugins else {}),
     }
 
 

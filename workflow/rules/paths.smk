@@ -31,7 +31,9 @@ wildcard_constraints:
 
 
 def combos():
-    """Every (d0, L0, d1, L1, n, method, seed, budget, lr) of the sweep, as dicts of wildcard values."""
+    """Every (d0, L0, d1, L1, n, method, seed, budget, lr) of the sweep, as dicts of wildcard values, in an
+    order that does not depend on the order of `methods` in the config (methods by name): the params
+    built from it (the comparison's, the profiled combination) are the same whatever that order."""
     keys = ["d0", "L0", "d1", "L1", "n", "method", "seed", "budget", "lr"]
     values = [
         SWEEP["d0"],
@@ -39,7 +41,7 @@ def combos():
         SWEEP["d1"],
         SWEEP["L1"],
         SWEEP["n"],
-        METHOD_IDS,
+        sorted(METHOD_IDS),
         SWEEP["seeds"],
         SWEEP["budgets"],
         SWEEP["lrs"],

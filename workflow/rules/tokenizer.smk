@@ -4,10 +4,11 @@
 
 if PRETRAINED_MEMBERS:
 
-    # members.pretrained: the members' own tokenizer (one for all of them, checked) encodes the corpus
+    # members.pretrained: the members' own tokenizer (one for all of them, checked before any job)
+    # encodes the corpus; member 1's copy, rerun only when member 1's tokenizer changes (rules/inputs.smk)
     rule member_tokenizer:
         input:
-            [f"{PRETRAINED.format(member=i)}/tokenizer.json" for i in range(1, len(PRETRAINED_MEMBERS) + 1)],
+            ancient(f"{PRETRAINED.format(member=1)}/tokenizer.json"),
         output:
             res("tokenizer/tokenizer.json"),
             res("tokenizer/tokenizer_config.json"),
@@ -17,6 +18,8 @@ if PRETRAINED_MEMBERS:
             res("benchmarks/member_tokenizer.tsv")
         conda:
             "../envs/growlm.yaml"
+        params:
+            content=lambda wc: member_part_digest("tokenizer.json"),
         script:
             "../scripts/member_tokenizer.py"
 

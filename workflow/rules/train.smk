@@ -86,6 +86,7 @@ rule import_member:
         "../envs/growlm.yaml"
     params:
         member=lambda wc: canonical(PRETRAINED_MEMBERS[int(wc.member) - 1]),
+        content=pretrained_content,  # the folder by content: its dates rerun nothing (rules/inputs.smk)
         cost=config["members"]["cost"],
         context=config["model"]["context"],
     script:
@@ -113,6 +114,8 @@ rule train_baseline:
     resources:
         **training_resources(),
     params:
+        # with members.pretrained, M_0 is built like member 1: rerun when its config changes, not its weights
+        **({"like_digest": lambda wc: member_part_digest("config.json")} if PRETRAINED_MEMBERS else {}),
         train=baseline_train,
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
         memory_limit_gb=config["resources"]["memory_limit_gb"],

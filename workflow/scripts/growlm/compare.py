@@ -23,6 +23,7 @@ import pandas as pd
 
 from growlm.errors import GrowlmError, damaged, read_json
 from growlm.methods import OPERATORS, is_single_member_control, members_used
+from growlm.pretrained import shape_of_config
 from growlm.tokens import load_tokens
 
 
@@ -110,6 +111,30 @@ def growth_cost(growth: dict) -> dict:
             "small_flops": math.nan if unknown else float(sum(m["flops"] for m in used)),
             "small_wall_s": float(sum(m.get("wall_s") or 0.0 for m in used)),
             "growth_flops": float(growth.get("growth_flops", 0)), "growth_wall_s": float(growth.get("growth_wall_s", 0.0))}
+
+
+def members_described(growth: dict) -> dict:
+    """What the members an arm used are, as the comparison and the report describe them: trained by growlm
+    (their shape is the config's d0 and L0) or trained elsewhere (`members.pretrained`: their own family
+    and shape, source and dtype, read from the imported folders)."""
+    used = [m for m in growth_cost(growth)["members"] if m.get("role") != "trunk"]
+    metas = []
+    for m in used:
+        meta_file = Path(m["dir"]) / "growlm.json"
+        metas.append(read_json(meta_file) if meta_file.is_file() else {})
+    brought = bool(used) and any(meta.get("role") == "pretrained member" for meta in metas)
+    shapes, sources, dtypes = [], [], []
+    for m, meta in zip(used, metas):
+        config = Path(m["dir"]) / "config.json"
+        if config.is_file():
+            s = shape_of_config(read_json(config), str(m["dir"]))
+            shapes.append(f"{s.family}, width {s.d}, {s.L} layer{'s' if s.L != 1 else ''}")
+        if brought:
+            sources.append(str((meta.get("source") or {}).get("where", m["dir"])))
+            dtypes.append(str(meta.get("source_dtype") or "float32"))
+    return {"members_origin": "trained elsewhere" if brought else ("trained by growlm" if used else ""),
+            "members_shape": "; ".join(dict.fromkeys(shapes)), "members_source": "; ".join(sources),
+            "members_dtype": "; ".join(dict.fromkeys(dtypes))}
 
 
 M0_ARM_KEYS = ("d1", "L1", "budget")
@@ -244,7 +269,10 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         # how the members' training is counted: growlm trained them; members.cost stated it; unknown
         "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in growth["members"])
                                                    else "counted"),
+        **members_described(growth),
     }
+    if row["members_origin"] == "trained elsewhere":  # their wall time is not known: no wall ratio counts it
+        row["wall_ratio"] = math.nan
     if tasks:
         m0_tasks = task_columns(tasks.get(os.path.normpath(base_dir), []))
         m1_tasks = task_columns(tasks.get(os.path.normpath(ref_dir), []))

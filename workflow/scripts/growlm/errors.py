@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import hashlib
 import json
 import signal
@@ -105,6 +106,19 @@ def stop_with_parent() -> None:
         return
 
 
+def disk_full(err: BaseException) -> str | None:
+    """One line for an error that says the disk is full (errno ENOSPC, or safetensors' "os error 28"),
+    else None: a job that fills the disk stops with this line, not a traceback, and what it had saved
+    stays (a checkpoint is written to a temporary name and renamed only when whole)."""
+    text = f"{type(err).__name__}: {err}"
+    if getattr(err, "errno", None) == errno.ENOSPC or "os error 28" in text or "No space left on device" in text:
+        where = getattr(err, "filename", None)
+        return (f"no space left on the disk{f' writing {where}' if where else ''} ({text.splitlines()[0][:200]}); "
+                f"free some space (`df -h .`; old checkpoints under results/**/checkpoints/ of finished runs can go) "
+                f"and run the workflow again: finished jobs stay, a training job resumes from its last checkpoint")
+    return None
+
+
 @contextlib.contextmanager
 def job_log(log_file: str | Path, stage: str):
     """Send stdout and stderr to the job's log (its first line says which copy of the library runs);
@@ -122,6 +136,14 @@ def job_log(log_file: str | Path, stage: str):
             print(msg, file=fh, flush=True)
             print(msg, file=sys.__stderr__, flush=True)
             sys.exit(1)
-        except Exception:  # a bug, not a user-level problem: its traceback goes to the log as well
+        except Exception as err:
+            full = disk_full(err)
+            if full:  # the machine's problem, not a bug: one line (the traceback stays in the log)
+                traceback.print_exc(file=fh)
+                msg = f"growlm {stage}: error: {full}"
+                print(msg, file=fh, flush=True)
+                print(msg, file=sys.__stderr__, flush=True)
+                sys.exit(1)
+            # a bug, not a user-level problem: its traceback goes to the log as well
             traceback.print_exc(file=fh)
             raise

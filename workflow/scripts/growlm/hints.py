@@ -125,16 +125,24 @@ def _join(program: str, words: list[str]) -> str:
     return " ".join([program, *map(shlex.quote, words)])
 
 
+def _runnable(c: dict) -> list[str]:
+    """The user's options, with `--cores all` when they gave no cores, jobs or profile: a command that
+    only planned or built the report (`-n`, `--report`) would not run any job as printed."""
+    if {"cores", "jobs", "profile", "workflow_profile"} & set(c.get("given", [])):
+        return list(c["args"])
+    return ["--cores", "all", *c["args"]]
+
+
 def again() -> str:
     """The user's command as they ran it (its targets included), to run once more."""
     c = _command()
-    return _join(c["program"], [*c["args"], *c["targets"]])
+    return _join(c["program"], [*_runnable(c), *c["targets"]])
 
 
 def with_targets(*targets: str | Path, force: bool = False) -> str:
     """The user's command for these targets only (`force`: made again even if they exist)."""
     c = _command()
-    return _join(c["program"], [*c["args"], *(["--force"] if force else []), *map(str, targets)])
+    return _join(c["program"], [*_runnable(c), *(["--force"] if force else []), *map(str, targets)])
 
 
 def rebuild_target(path: str | Path) -> str:

@@ -14,13 +14,16 @@
   tokenizer and growth records must still parse (`damaged_files`). A damaged input found by a job
   would come too late: Snakemake deletes the outputs of a job it reruns before the job starts, so a
   finished model whose input was altered would be gone before the job noticed. Digests are cached by
-  (size, modification time), so an unchanged file is hashed once.
+  (size, modification and change times, inode), so an unchanged file is hashed once.
+* **Inputs known by content.** What comes from outside the workflow is known by a digest of its content
+  (`content_digest`), not by its file date.
 
 Torch-free (the Snakefile imports it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -72,12 +75,23 @@ def _differences(old, new, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix or "(the config)"]
 
 
-def record(folder: str | Path, config: dict, configfiles: list[str]) -> None:
-    """Write what made this folder's results (after a successful run)."""
+def record(folder: str | Path, config: dict, configfiles: list[str], made: list[str] | None = None) -> None:
+    """Write what made this folder's results (after a successful run), and which outputs it made (`made`:
+    the kept outputs, so that a later run says "gone" only of what existed)."""
     path = Path(folder) / RECORD
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"experiment": config.get("experiment", DEFAULT), "configfiles": [str(f) for f in configfiles],
-                                "settings": identity(config)}, indent=1, sort_keys=True))
+                                "settings": identity(config), "made": sorted(made or [])}, indent=1, sort_keys=True))
+
+
+def gone(folder: str | Path, outputs: list[str]) -> list[str]:
+    """The `outputs` that the folder's last finished run made (`record`) and that are missing now; not the
+    outputs of a method, size or seed added since, which were never made."""
+    try:
+        made = set(json.loads((Path(folder) / RECORD).read_text()).get("made") or [])
+    except (OSError, json.JSONDecodeError):
+        made = set()
+    return [p for p in missing(outputs) if p in made or (not made and Path(f"{p}.sha256").is_file())]
 
 
 def drift(folder: str | Path, config: dict) -> tuple[list[str], list[str]]:
@@ -95,15 +109,55 @@ def drift(folder: str | Path, config: dict) -> tuple[list[str], list[str]]:
 # whether it is whole
 # ----------------------------------------------------------------------------------------------
 
+def _stamp(st: os.stat_result) -> list[int]:
+    """What says a file is unchanged without reading it: size, modification and change times, inode. The
+    change time (ctime) is set by the system on every write and cannot be set back (`cp -p`, `rsync -a`,
+    `tar` and `touch -d` restore the modification time only), so a file put back with an old date is
+    hashed again, never taken for the one hashed before."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def _cached_digest(path: Path, cache: dict) -> str:
-    st = path.stat()
-    key, stamp = str(path), [st.st_size, st.st_mtime_ns]
+    stamp = _stamp(path.stat())
+    key = str(path)
     hit = cache.get(key)
-    if hit and hit[:2] == stamp:
-        return hit[2]
+    if hit and hit[:-1] == stamp:
+        return hit[-1]
     digest = sha256(path)
     cache[key] = [*stamp, digest]
     return digest
+
+
+def _save_cache(cache_path: Path, cache: dict) -> None:
+    try:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_path)
+    except OSError:
+        pass
+
+
+def content_digest(paths, folder: str | Path) -> str:
+    """One sha256 of files that come from outside the workflow (a member's folder, a local corpus file,
+    a task folder, a plugin file): their names and contents, in order. A rule passes it as a param and
+    marks the files `ancient` (`rules/inputs.smk`), so that a change of content reruns the jobs that read
+    them whatever the file dates say, and a file copied or touched without a change reruns nothing.
+    Each file's digest is cached in `folder`'s cache by `_stamp`, so an unchanged file is read once."""
+    cache_path = Path(folder) / CACHE
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    before = dict(cache)
+    h = hashlib.sha256()
+    for p in paths:
+        p = Path(p)
+        h.update(f"{p.name}\0".encode())
+        h.update((_cached_digest(p, cache) if p.is_file() else "missing").encode())
+    if cache != before:
+        _save_cache(cache_path, cache)
+    return h.hexdigest()
 
 
 def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
@@ -117,7 +171,7 @@ def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
     except (OSError, json.JSONDecodeError):
         cache = {}
     problems = []
-    for sub in ("tokens", "tokenizer", "models"):
+    for sub in ("corpus", "tokens", "tokenizer", "models"):
         base = folder / sub
         if not base.is_dir():
             continue
@@ -137,13 +191,7 @@ def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
                 except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
                     problems.append((str(path), f"not valid JSON: {err}"))
     if cache:
-        try:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, cache_path)
-        except OSError:
-            pass
+        _save_cache(cache_path, cache)
     return problems
 
 

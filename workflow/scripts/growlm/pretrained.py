@@ -333,10 +333,11 @@ def dtype_warning(member: dict) -> str | None:
            f"float32 ({how})"
 
 
-def warn_before_jobs(read: list[dict]) -> list[str]:
-    """The members' warnings (`dtype_warning`), printed as growlm's warnings in the user's run (not in a
-    job's step, which parses the Snakefile again); returned too."""
-    lines = [w for w in map(dtype_warning, read) if w]
+def warn_before_jobs(read: list[dict], extra: list[str] = ()) -> list[str]:
+    """The members' warnings (`dtype_warning`, and `extra`: config values the members override), printed as
+    growlm's warnings in the user's run (not in a job's step, which parses the Snakefile again); returned
+    too."""
+    lines = [*extra, *(w for w in map(dtype_warning, read) if w)]
     if not is_job_step(sys.argv):
         for line in lines:
             print(f"growlm: warning: {line}", file=sys.stderr)

@@ -550,9 +550,19 @@ def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
         def layers(k):
             return f"{k} layer{'s' if k != 1 else ''}"
 
+        brought = group[group["members_origin"] == "trained elsewhere"] if "members_origin" in group else group.iloc[:0]
+        if len(brought):  # members.pretrained: their own shape, not the config's d0 and L0
+            b = brought.iloc[0]
+            cost = {"stated": f"their stated cost ({b['small_flops']:.3g} FLOPs in all) counted as theirs",
+                    "unknown": "their cost not stated: ratios with the members free"}.get(b["members_cost"], "")
+            start = (f"starts from {n} member{'s' if n != 1 else ''} trained elsewhere ({b['members_shape']}; "
+                     f"{b['members_source']}; saved in {b['members_dtype']}, trained on in float32; {cost}; their "
+                     f"training time unknown, so no wall ratio counts it){over}:")
+        else:
+            start = f"starts from {n} small model{'s' if n != 1 else ''} of width {d0}, {layers(L0)}{over}:"
         out.append(f"M_0 (width {d1}, {layers(L1)}) trained from scratch for {int(budget):,} tokens ends at "
                    f"validation loss {group['m0_final_val_loss'].mean():.3f}; each M_1 has the same size and budget "
-                   f"and starts from {n} small model{'s' if n != 1 else ''} of width {d0}, {layers(L0)}{over}:")
+                   f"and {start}")
         for (method, arm), g in group.groupby(["method", "arm"], sort=False):
             out.append(_arm_sentence(method, arm, g))
         if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():

@@ -133,22 +133,31 @@ def coerce_options(options: dict) -> dict:
 # 2. the schema, one line per problem
 # ----------------------------------------------------------------------------------------------
 
-def _hint(schema: dict, defs: dict) -> str:
-    """What would work, from the (sub)schema: allowed values or range, the description, the default."""
+def _values(schema: dict, defs: dict) -> str:
+    """The values a (sub)schema allows, in words: 'an integer >= 1', "'gstack'", 'a list of ...'."""
     if "$ref" in schema:
         schema = defs[schema["$ref"].rpartition("/")[2]]
-    parts = []
+    if "const" in schema:
+        return repr(schema["const"])
     if "enum" in schema:
-        parts.append("one of " + ", ".join(map(str, schema["enum"])))
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    if "oneOf" in schema:
+        return " or ".join(v for v in (_values(s, defs) for s in schema["oneOf"]) if v)
+    types = sorted(_types(schema))
+    if types == ["array"] and "items" in schema:
+        return f"a list of ({_values(schema['items'], defs)})"
     bounds = [f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else None,
               f">= {schema['minimum']}" if "minimum" in schema else None,
               f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else None,
               f"<= {schema['maximum']}" if "maximum" in schema else None]
-    if any(bounds) or "type" in schema:
-        t = "/".join(sorted(_types(schema))) or ""
-        parts.append(" ".join(x for x in [t, *[b for b in bounds if b]] if x))
-    if "oneOf" in schema and not parts:
-        parts.append(" or ".join(_hint(s, defs) for s in schema["oneOf"]))
+    return " ".join(x for x in ["/".join(types), *[b for b in bounds if b]] if x)
+
+
+def _hint(schema: dict, defs: dict) -> str:
+    """What would work, from the (sub)schema: allowed values or range, the description, the default."""
+    if "$ref" in schema:
+        schema = defs[schema["$ref"].rpartition("/")[2]]
+    parts = [_values(schema, defs)]
     if schema.get("description"):
         parts.append(str(schema["description"]).strip())
     if "default" in schema:
@@ -216,8 +225,12 @@ def schema_problems(config: dict, schema: dict) -> list[str]:
                                 f"once (a duplicate would train the same models twice)")
                 continue
         hint = _hint(err.schema, defs)
-        problems.append(f"{where} = {err.instance!r}: {err.message.split(' is not valid under')[0]}"
-                        + (f"; expected {hint}" if hint else ""))
+        shown = err.instance  # command-line values arrive as text ('-5'): shown as the values they are
+        if isinstance(shown, str):
+            shown = _parse_scalar(shown)
+        elif isinstance(shown, list):
+            shown = [_parse_scalar(v) if isinstance(v, str) else v for v in shown]
+        problems.append(f"{where} = {shown!r}: not allowed" + (f"; expected {hint}" if hint else ""))
     return problems
 
 
@@ -663,8 +676,13 @@ def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
     out += found
     if out:
         return out
-    pretrained.warn_before_jobs(read)
     s = read[0]["shape"]
+    overridden = [f"{key} = {', '.join(map(str, sweep[key]))}" for key, own in (("d0", s.d), ("L0", s.L))
+                  if [int(v) for v in sweep[key]] != [own]]
+    extra = [f"{', '.join(overridden)} of the config {'is' if len(overridden) == 1 else 'are'} overridden by the "
+             f"members' own shape (members.pretrained: width {s.d}, {s.L} layer{'s' if s.L != 1 else ''})"] \
+        if overridden else []
+    pretrained.warn_before_jobs(read, extra=extra)
     sweep["d0"], sweep["L0"] = [s.d], [s.L]
     m = config["model"]
     m.update(family=s.family, head_dim=s.dh, tie_embeddings=s.tied)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from growlm import corpus, prepare, sources
-from growlm.errors import read_json
+from growlm.errors import read_json, record_sha256
 from growlm.console import log
 
 
@@ -36,6 +36,9 @@ def prepare_source(settings: dict, *, inputs: list[str], out_dir: str | Path, th
     seconds = time.perf_counter() - start
     record = {**sources.provenance(source, location, how), **counts, "seconds": round(seconds, 3)}
     Path(out_dir, "source.json").write_text(json.dumps(record, indent=2))
+    for written in sorted(Path(out_dir).iterdir()):  # known by content: a damaged one is named before any job
+        if written.is_file() and written.suffix != ".sha256":
+            record_sha256(written)
     log(f"source {source['name']} (level {source['level']}, clean: {how['clean']}, "
         f"{'sentences' if how['sentences'] else 'documents'}): {counts['documents']} documents -> "
         f"{counts['units']} units {counts['splits']} in {seconds:.1f} s with {processes} process(es)")
@@ -48,5 +51,8 @@ def build_level(level: str, names: list[str], source_dirs: list[str | Path], *, 
     dirs = [Path(d) for d in source_dirs]
     stats = prepare.build_level(level, list(zip(names, dirs)), out_dir)
     prepare.write_stats(stats, [read_json(d / "source.json") for d in dirs], stats_file)
+    for split in ("train", "val", "test"):  # known by content (growlm.outputs.damaged_files)
+        record_sha256(Path(out_dir) / f"{split}.txt")
+    record_sha256(stats_file)
     summary = {k: stats[k] for k in ("sentences", "words", "mean_sentence_words", "flesch_kincaid_grade", "splits")}
     log(f"level {level}: {json.dumps(summary, default=float)}")

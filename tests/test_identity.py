@@ -1,0 +1,187 @@
+"""Known by content: what a run reads is known by its content, never by its file dates, and a run gives
+one configuration wherever it starts.
+
+- Members you bring (`members.pretrained`): weights changed with their old file date put back (as
+  `cp -p`, `rsync -a` or `tar` leave them) rerun what reads them; a touch without a change reruns
+  nothing; a change of member 2 reruns its import and the arms that use it, never the tokenizer, the
+  token files, M_0 or an arm grown from member 1 alone.
+- A damaged intermediate corpus file is named before any job, with the command that rebuilds it.
+- Started from workflow/ instead of the root, a run stops at once saying where to run it; the schema's
+  defaults are config.yaml's.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, SNAKEMAKE, TINY, job_counts, run_snakemake
+from test_pretrained import FAST, members
+
+
+def _put_back_with_old_dates(path: Path, data: bytes, stat: os.stat_result) -> None:
+    path.write_bytes(data)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _perturbed(path: Path) -> bytes:
+    """The member's weights with one value changed (same size, still a valid safetensors file)."""
+    from safetensors.numpy import load_file, save
+
+    tensors = load_file(str(path))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[0] += 0.5
+    return save(tensors, metadata={"format": "pt"})
+
+
+@pytest.mark.slow
+def test_members_are_known_by_content_not_by_date(workflow_dir):
+    wd = workflow_dir
+    mine = members(wd / "mine", "gpt2", d=32)
+    (wd / "pre.yaml").write_text(
+        f"experiment: pre\nd1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(mine)}}}\n"
+        + FAST)
+    args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
+    proc = run_snakemake(wd, *args)
+    # the config's d0 (tiny.yaml: 16) gives way to the members' own width, said before any job
+    assert ("growlm: warning: d0 = 16 of the config is overridden by the members' own shape (members.pretrained: "
+            "width 32, 1 layer)") in proc.stderr
+    # the report describes the members as they are: their shape, where they came from, their cost not stated
+    first_page = (wd / "results/pre/report/summary.rst").read_text()
+    assert "starts from 2 members trained elsewhere (gpt2, width 32, 1 layer;" in first_page, first_page
+    assert f"{mine[0]}; {mine[1]}; saved in float32" in first_page
+    assert "their cost not stated: ratios with the members free" in first_page
+    rows = list(csv.DictReader(open(wd / "results/pre/eval/comparison.csv")))
+    assert {r["members_origin"] for r in rows} == {"trained elsewhere"} and all(r["wall_ratio"] == "" for r in rows)
+
+    def would_run() -> dict[str, int]:
+        return job_counts(run_snakemake(wd, "-n", *args).stdout)
+
+    m1, m2 = Path(mine[0]) / "model.safetensors", Path(mine[1]) / "model.safetensors"
+    original, stat1 = m1.read_bytes(), m1.stat()
+    assert would_run() == {}
+
+    # touched, copied over itself: same content, new dates -> nothing to do
+    for f in Path(mine[0]).iterdir():
+        f.touch()
+    shutil.copy(m2, m2.with_suffix(".tmp"))
+    os.replace(m2.with_suffix(".tmp"), m2)
+    assert would_run() == {}
+
+    # member 1 changed, its old date put back (what `cp -p` of other weights does): rerun what reads it
+    _put_back_with_old_dates(m1, _perturbed(m1), stat1)
+    jobs = would_run()
+    assert jobs.get("import_member") == 1 and jobs.get("refine") == 2, jobs
+    assert not {"member_tokenizer", "encode_split", "train_baseline"} & set(jobs), jobs
+    _put_back_with_old_dates(m1, original, stat1)  # and back as it was: nothing to do again
+    assert would_run() == {}
+
+    # member 2 changed: its import and the concat arm only (msg grows from member 1 alone), never M_0
+    m2.write_bytes(_perturbed(m2))
+    jobs = would_run()
+    assert jobs.get("import_member") == 1 and jobs.get("grow") == 1 and jobs.get("refine") == 1, jobs
+    assert not {"member_tokenizer", "encode_split", "train_baseline"} & set(jobs), jobs
+    run_snakemake(wd, *args)
+    grown = json.loads((wd / "results/pre/models/grown/concat+zero_block/d32_L1_to_d64_L2/n2/s0/growth.json")
+                       .read_text())
+    assert [m["dir"] for m in grown["members"]] == ["results/pre/models/pretrained/m1",
+                                                    "results/pre/models/pretrained/m2"]
+    assert would_run() == {}
+
+
+def test_a_damaged_corpus_file_is_named_before_any_job(tiny_run, tmp_path):
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    text = wd / "results/tiny/corpus/level1/train.txt"
+    assert Path(f"{text}.sha256").is_file()  # recorded by the job that wrote it
+    with open(text, "r+b") as fh:
+        fh.truncate(2000)
+    proc = run_snakemake(wd, "-n", "--cores", "2", "--configfile", str(TINY), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG" not in out
+    assert f"{text.relative_to(wd)} is damaged (its content differs from the sha256 recorded" in out
+    assert "--force results/tiny/corpus/level1/train.txt" in out
+
+
+def test_a_run_started_from_another_folder_stops_at_once(tmp_path):
+    proc = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(TINY)], cwd=REPO / "workflow",
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"growlm runs from the folder that holds config/ and workflow/ ({REPO})" in out
+    assert f"cd {REPO}" in out and "Building DAG" not in out
+    assert not (REPO / "workflow" / "results").exists()
+
+
+def test_the_schema_defaults_are_config_yaml_s():
+    """Every value the schema fills in when a key is missing is the one config/config.yaml gives, so an
+    overlay means the same on top of either."""
+    from snakemake.utils import validate
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    required = {k: copy.deepcopy(cfg[k]) for k in ("d0", "L0", "d1", "L1", "n", "methods", "seeds")}
+    filled = {**required, "corpus": {"sources": cfg["corpus"]["sources"]}, "train": {"small": {}, "large": {}}}
+    validate(filled, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    differ = []
+
+    def walk(ours, theirs, path):
+        if isinstance(ours, dict) and isinstance(theirs, dict):
+            for k in ours.keys() & theirs.keys():
+                walk(ours[k], theirs[k], f"{path}.{k}")
+        elif ours != theirs:
+            differ.append(f"{path}: config.yaml {ours!r}, schema default {theirs!r}")
+
+    walk(cfg, filled, "")
+    assert not differ, differ
+
+
+def test_reordering_methods_reruns_nothing_and_adding_one_names_nothing_gone(tiny_run, tmp_path):
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    methods = yaml.safe_load(TINY.read_text())["methods"]
+    flipped = json.dumps(methods[::-1]).replace('"', "")
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", f"methods={flipped}")
+    assert job_counts(proc.stdout) == {}, proc.stdout[-2000:]
+    added = json.dumps([*methods, "msg"]).replace('"', "")
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", f"methods={added}")
+    assert job_counts(proc.stdout).get("refine", 0) >= 1 and "are gone" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_printed_command_runs_as_printed(monkeypatch):
+    """A hint printed under a command that ran no job (`--report`, a dry run) still has cores to run with."""
+    from snakemake.cli import get_argument_parser
+
+    from growlm import hints
+
+    options = hints.option_table(get_argument_parser())
+    for argv in (["snakemake", "--report", "r.html", "--configfile", "my.yaml"], ["snakemake", "-n"]):
+        monkeypatch.setenv(hints.COMMAND_ENV, json.dumps(hints.split_command(argv, options)))
+        assert hints.again().startswith("snakemake --cores all")
+    argv = ["snakemake", "--cores", "2", "--configfile", "my.yaml"]
+    monkeypatch.setenv(hints.COMMAND_ENV, json.dumps(hints.split_command(argv, options)))
+    assert hints.again() == "snakemake --cores 2 --configfile my.yaml"
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device", "results/x/model.safetensors"),
+                                   RuntimeError("SafetensorError: Error while serializing: IoError(Os { code: 28, "
+                                                "kind: StorageFull, message: \"No space left on device\" }) (os error 28)")])
+def test_a_full_disk_is_one_line_naming_the_cause(tmp_path, capfd, error):
+    from growlm.errors import job_log
+
+    with pytest.raises(SystemExit) as stop:
+        with job_log(tmp_path / "job.log", "train_small"):
+            raise error
+    assert stop.value.code == 1
+    line = capfd.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("growlm train_small: error: no space left on the disk")
+    assert "run the workflow again: finished jobs stay" in line
+    assert "Traceback" in (tmp_path / "job.log").read_text()  # the details stay in the job's log
