@@ -65,6 +65,9 @@ class OperatorSpec:
     summary: str = ""
     source: str = "growlm"  # "growlm" for the built-in operators, else the plugin file that declared it
     families: tuple[str, ...] = FAMILIES  # the model families it works on (growlm.families)
+    # a refinement operator whose `loss` replaces the step's LM loss (teach's distillation): a chain holds at
+    # most one, since a step minimises one loss (`chain_names`)
+    owns_loss: bool = False
 
     @property
     def kind(self) -> str:
@@ -190,7 +193,7 @@ OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
                  options={"align": "weights", "iterations": 5},
                  summary="the members averaged into one model of their size after weight matching "
                          "(`align: weights`; `none` averages as they stand); chain it: `[merge, msg]`"),
-    OperatorSpec("teach", "refine", exact=True, multi=True, ramps=("teach_steps",),
+    OperatorSpec("teach", "refine", exact=True, multi=True, ramps=("teach_steps",), owns_loss=True,
                  options={"teach_weight": 0.5, "temperature": 2.0, "teach_steps": 100},
                  summary="the loss is (1 - w) CE + w T^2 KL(members' logit average || M_1) for the first "
                          "`teach_steps` steps, w decaying linearly from `teach_weight` to 0 (T: `temperature`); "
@@ -318,6 +321,12 @@ def chain_names(method) -> list[str]:
     if len(refine) == len(names):
         raise GrowlmError(f"growth chain {names} has only refinement operators ({', '.join(refine)}); they change "
                           f"how a grown model is refined, so add a growth operator, e.g. {['msg', *names]}")
+    owners = [nm for nm in refine if OPERATORS[nm].owns_loss]
+    if len(owners) > 1:
+        raise GrowlmError(f"growth chain {names}: {' and '.join(owners)} each replace the training loss (their "
+                          f"`loss`), and a step minimises one loss: one of them would silently not run while its "
+                          f"cost was still counted. Keep one of them in the chain, or write one refiner whose loss "
+                          f"combines both")
     learned = [nm for nm in names if OPERATORS[nm].learned]
     for nm in ("freeze", "carry"):
         if nm in refine and learned:

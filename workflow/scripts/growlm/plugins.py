@@ -129,7 +129,8 @@ def _describe_refiner(cls: ast.AST, dec: ast.Call, kw: dict, path: Path) -> Oper
                     options[arg.arg] = None if default is None else _literal(default, path,
                                                                              f"the default of {arg.arg}")
     doc = (ast.get_docstring(cls) or "").strip().splitlines()
-    return OperatorSpec(name, "refine", exact=True, multi=bool(spec.get("multi", False)),
+    owns_loss = any(isinstance(node, ast.FunctionDef) and node.name == "loss" for node in cls.body)
+    return OperatorSpec(name, "refine", exact=True, multi=bool(spec.get("multi", False)), owns_loss=owns_loss,
                         ramps=tuple(spec.get("ramps", ())), options=options,
                         families=tuple(spec.get("families", FAMILIES)), summary=doc[0] if doc else "",
                         source=str(path.resolve()))

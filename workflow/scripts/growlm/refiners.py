@@ -10,7 +10,10 @@ under the same name (`refiner(name)` checks its options against the description,
 
 * `setup(run)` once, after the model, the optimizer and any resumed checkpoint exist, and
   `start(run)` only when the run starts at step 0 (not on a resume);
-* `loss(run, step, x, y)` for each micro-batch: a loss to use instead of the plain LM loss, or None;
+* `loss(run, step, x, y)` for each micro-batch: a loss to use instead of the plain LM loss, or None
+  (the plain loss that step). A refiner that overrides it owns the loss, and a chain holds at most one
+  such refiner (`OperatorSpec.owns_loss`, checked before any job): a step minimises one loss, and the
+  ledger counts what each refiner's `flops` says it ran;
 * `before_step(step)` after the backward pass and before clipping and AdamW, `after_step(step)` after;
 * `flops(steps, tokens_per_step)`: the FLOPs it has added over the first `steps` steps (the ledger and
   the cost ratio count them);
@@ -138,6 +141,7 @@ def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[
                           f"{getattr(cls, '__name__', cls)!r}")
     doc = (cls.__doc__ or "").strip().splitlines()
     register_spec(OperatorSpec(name, "refine", exact=True, multi=multi, ramps=tuple(ramps), options=options_of(cls),
+                               owns_loss=cls.loss is not Refiner.loss,
                                summary=doc[0] if doc else "", source=source,
                                families=tuple(families or FAMILIES)))
     REFINERS.pop(name, None)  # a plugin file imported again registers its class again
@@ -145,12 +149,18 @@ def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[
 
 
 def build(settings: dict | None) -> list[Refiner]:
-    """The refiners of a run from `TrainConfig.refiners` ({name: settings}), in a fixed order."""
+    """The refiners of a run from `TrainConfig.refiners` ({name: settings}), in a fixed order; at most
+    one of them owns the loss (its class overrides `loss`: the workflow refuses such chains before any
+    job, `growlm.methods.chain_names`, and a run given one anyway stops here)."""
     out = []
     for name, kw in sorted((settings or {}).items()):
         if name not in REFINERS:
             raise GrowlmError(f"unknown refinement operator {name!r} (known: {', '.join(sorted(REFINERS))})")
         out.append(REFINERS[name](**kw))
+    owners = [r.name for r in out if type(r).loss is not Refiner.loss]
+    if len(owners) > 1:
+        raise GrowlmError(f"refinement operators {' and '.join(owners)} each replace the training loss; a step "
+                          f"minimises one loss: keep one of them")
     return out
 
 

@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 
+import numpy as np
 import torch
 
 from growlm.compile_check import check_compiles_once
 from growlm.errors import GrowlmError
 from growlm.growth import grow, load_plugins
-from growlm.methods import OPERATORS, growth_names
+from growlm.methods import OPERATORS, growth_names, method_chain
+from growlm.refiners import REFINERS
+from growlm.train import train
+from growlm.train_config import TrainConfig
 from growlm.model import build_model
 from growlm.shape import ModelShape
 
@@ -92,17 +97,53 @@ def check_operator(name: str, source: str, method: list[str], *, n: int, d0: int
         check_compiles_once(grown.float(), where)
 
 
+def check_refiner(name: str, source: str, method: list[str], *, n: int, d0: int, L0: int, d1: int, L1: int,
+                  head_dim: int = 16, tied: bool = True, model: dict | None = None, options: dict | None = None) -> None:
+    """Refine a model grown from random members by `method`'s growth operators for a few steps of the real
+    training loop with plugin refinement operator `name` (its options, its step counts set to 2), so that
+    an error in its code (a typo in `loss`) stops the run before the first job, naming `source`. A refiner
+    that reads files the grow job writes (`inputs`) is imported only."""
+    cls = REFINERS[name]
+    where = f"grow.plugins: {source}: refinement operator {name!r} (in {'+'.join(method)})"
+    if cls.inputs:
+        return
+    model = {"head_dim": head_dim, "tie_word_embeddings": tied, **(model or {})}
+    chain = growth_names(method)
+    grown = grow(_members(n, d0, L0, model), chain if len(chain) > 1 else chain[0], n_embd=d1, n_layer=L1, seed=0,
+                 **{k: v for k, v in (options or {}).items() if any(k in OPERATORS[nm].options for nm in chain)})
+    if hasattr(grown, "set_ramps"):
+        grown.set_ramps(ramp_steps=2, ln_ramp_steps=2)
+    spec = OPERATORS[name]
+    settings = {**spec.options, **{k: v for k, v in (options or {}).items() if k in spec.options},
+                **{k: 2 for k in spec.ramps}}
+    tokens = np.random.default_rng(0).integers(0, VOCAB, 40 * CONTEXT).astype(np.uint16)
+    cfg = TrainConfig(tokens=4 * 2 * CONTEXT, batch_size=2, context=CONTEXT, lr=1e-4, warmup_steps=1, eval_interval=4,
+                      eval_tokens=2 * CONTEXT, checkpoint_every=10 ** 9, refiners={name: settings})
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            train(grown.float(), tokens, tokens[: 8 * CONTEXT], cfg, ckpt_dir=f"{tmp}/ckpt", ledger_path=f"{tmp}/l.csv",
+                  log=lambda *a: None)
+    except GrowlmError as err:
+        raise GrowlmError(f"{where}: {err}") from None
+    except Exception as err:  # the user's code
+        raise GrowlmError(f"{where} raised {type(err).__name__} in a 4-step refinement: {err}") from None
+
+
 def check(spec: dict) -> list[str]:
     """Import spec["plugins"] and check every (method, shape) of spec["checks"]; the names checked."""
     load_plugins(spec["plugins"])
     done = []
     for c in spec["checks"]:
-        for name in growth_names(c["method"]):
-            if OPERATORS[name].source != "growlm":
-                check_operator(name, OPERATORS[name].source, c["method"], n=c["n"], d0=c["d0"], L0=c["L0"],
-                               d1=c["d1"], L1=c["L1"], head_dim=c.get("head_dim", 16), tied=c.get("tied", True),
-                               model=c.get("model"), options=c.get("options"))
-                done.append(f"{'+'.join(c['method'])} ({c['n']} x {c['d0']}x{c['L0']} -> {c['d1']}x{c['L1']})")
+        shape = dict(n=c["n"], d0=c["d0"], L0=c["L0"], d1=c["d1"], L1=c["L1"], head_dim=c.get("head_dim", 16),
+                     tied=c.get("tied", True), model=c.get("model"), options=c.get("options"))
+        for name in method_chain(c["method"]):
+            if name not in OPERATORS or OPERATORS[name].source == "growlm":
+                continue
+            if OPERATORS[name].axis == "refine":
+                check_refiner(name, OPERATORS[name].source, c["method"], **shape)
+            else:
+                check_operator(name, OPERATORS[name].source, c["method"], **shape)
+            done.append(f"{'+'.join(c['method'])} ({c['n']} x {c['d0']}x{c['L0']} -> {c['d1']}x{c['L1']})")
     return done
 
 
