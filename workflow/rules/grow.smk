@@ -26,6 +26,5 @@ rule grow:
         runtime=lambda wc, attempt: (config["resources"]["runtime"] if wc.method in SCHEDULES else 10) * attempt,
     params:
         grow=grow_params,
-        how=job_how,  # how the V-cycle's stages run (train.compile): reruns nothing
     script:
         "../scripts/grow.py"

@@ -13,7 +13,7 @@ with job_log(sm.log[0], sm.rule):
     p, wc = sm.params.grow, sm.wildcards
     out_dir, tokenizer_dir = Path(sm.output[0]).parent, Path(sm.input.tokenizer).parent
     if wc.method == "vcycle":
-        vcycle(**p, compile=sm.params.how["compile"], seed=int(wc.seed), train_file=sm.input.data, val_file=sm.input.val, tokenizer_dir=tokenizer_dir,
+        vcycle(**p, seed=int(wc.seed), train_file=sm.input.data, val_file=sm.input.val, tokenizer_dir=tokenizer_dir,
                out_dir=out_dir)
     elif wc.method == "apollo":
         apollo(**p, seed=int(wc.seed), train_file=sm.input.data, tokenizer_dir=tokenizer_dir, out_dir=out_dir)

@@ -8,6 +8,7 @@ and wall time, and the members it used with their training cost (what the compar
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
 
+COMPILE_ENV = "GROWLM_TRAIN_COMPILE"  # train.compile of the user's run, as JSON (set by workflow/rules/checks.smk)
 INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (methods with freeze)
 
 
@@ -129,7 +131,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
 
 
 def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
-           out_dir, memory_limit_gb: float | None = None, compile: bool | str = False) -> None:
+           out_dir, memory_limit_gb: float | None = None, compile: bool | str | None = None) -> None:
     """The Multi-Level V-cycle as one more arm (it reuses no small model), the authors' recipe
     (growlm.schedules.vcycle): M_0's own initialisation trained briefly at full size (all warm-up),
     coalesced, the coarse model trained at a multiple of the rate with a fresh optimizer (with more
@@ -138,7 +140,10 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
     large arms' training settings at the reference budget (the shortest of the sweep), whose steps the
     stages' shares are of; every stage's FLOPs are the growth cost, its ledger kept in the grown
     folder. `compile`: train.compile, for every stage (each stage's model is compiled once: a run starts
-    from an empty compile cache)."""
+    from an empty compile cache); None: what the workflow's run says (`COMPILE_ENV`, which the Snakefile
+    sets for every job it starts: how a job runs is never one of its params)."""
+    if compile is None:
+        compile = json.loads(os.environ.get(COMPILE_ENV, "false"))
     k, levels = int(vcycle["factor"]), int(vcycle["levels"])
     pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
     base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
