@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, SNAKEMAKE, TINY, job_counts, run_snakemake
@@ -185,3 +186,22 @@ def test_a_full_disk_is_one_line_naming_the_cause(tmp_path, capfd, error):
     assert len(line.splitlines()) == 1 and line.startswith("growlm train_small: error: no space left on the disk")
     assert "run the workflow again: finished jobs stay" in line
     assert "Traceback" in (tmp_path / "job.log").read_text()  # the details stay in the job's log
+
+
+def test_every_saved_model_is_a_transformers_folder(tiny_run):
+    """Members, M_0, every grown M'_1 (masked or plain) and every M_1 load with AutoModelForCausalLM and
+    AutoTokenizer; a masked M'_1's folder holds the model it becomes once its ramps are done."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from growlm.growth import load_grown
+
+    folders = sorted({p.parent for p in (tiny_run / "results/tiny/models").rglob("config.json")})
+    grown = [f for f in folders if "/grown/" in str(f)]
+    assert len(grown) >= 3 and any((f / "growlm_grown.json").is_file() for f in grown)
+    for folder in folders:
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        assert AutoTokenizer.from_pretrained(folder).vocab_size > 0
+        if (folder / "growlm_grown.json").is_file():  # the inner model of the masked one growlm loads
+            masked = load_grown(folder)
+            assert all(torch.equal(a, b) for a, b in zip(masked.inner.state_dict().values(),
+                                                          model.state_dict().values()))

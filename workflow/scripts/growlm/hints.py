@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 COMMAND_ENV = "GROWLM_COMMAND"
-FALLBACK = {"program": "snakemake", "args": ["--cores", "1"], "targets": [], "given": []}
+FALLBACK = {"program": "snakemake", "args": ["--cores", "1"], "targets": [], "given": ["cores"]}
 
 # options (Snakemake's argparse dests) that choose what runs or replace running; a hint drops them
 _SELECTION = {

@@ -34,7 +34,7 @@ from growlm.growth.algebra import norm_eps
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain
-from growlm.model import load_model
+from growlm.model import load_model, save_model
 from growlm.shape import ModelShape
 
 GROWN_JSON = "growlm_grown.json"
@@ -110,32 +110,34 @@ def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = Non
 # saving and loading grown models
 # ----------------------------------------------------------------------------------------------
 
-def save_grown(model, out_dir) -> None:
-    """Save a grown model: `save_pretrained` for a plain model; for a `GrownModel`,
-    `growlm_grown.json` (class, family, config, spec, ramp step) + `growlm_grown.safetensors` (all
-    tensors, tied ones once). No pickle. The directory of a GrownModel has no config.json, so
-    `AutoModelForCausalLM` does not load it by mistake (its step-0 function needs the masks)."""
+def save_grown(model, out_dir, *, tokenizer_dir=None) -> None:
+    """Save a grown model as a transformers folder (config.json, model.safetensors and, given
+    `tokenizer_dir`, the tokenizer: `AutoModelForCausalLM` and `AutoTokenizer` load it). For a
+    `GrownModel` that folder holds its inner model - the model M'_1 becomes once its ramps are done - and
+    `growlm_grown.json` (class, family, config, spec, ramp step) with `growlm_grown.safetensors` (the
+    growth masks and member groups) hold what makes its function at a ramp step: `load_grown` reads
+    both. No pickle."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(model, PreTrainedModel):
         family_of(model)  # one growlm grows
-        model.save_pretrained(out_dir, safe_serialization=True)
-        record_sha256(out_dir / "model.safetensors")
-        (out_dir / GROWN_JSON).unlink(missing_ok=True)
+        save_model(model, out_dir, tokenizer_dir=tokenizer_dir)
+        for stale in (GROWN_JSON, GROWN_TENSORS, GROWN_TENSORS + ".sha256"):
+            (out_dir / stale).unlink(missing_ok=True)
         return
     if isinstance(model, GrownModel):
-        for stale in ("config.json", "model.safetensors"):
-            (out_dir / stale).unlink(missing_ok=True)
         meta, tensors = model.export()
-        save_file(tensors, str(out_dir / GROWN_TENSORS))
+        save_model(model.inner, out_dir, tokenizer_dir=tokenizer_dir)
+        save_file({k: v for k, v in tensors.items() if k.startswith("growlm.")}, str(out_dir / GROWN_TENSORS))
         record_sha256(out_dir / GROWN_TENSORS)
-        (out_dir / GROWN_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        (out_dir / GROWN_JSON).write_text(json.dumps({**meta, "inner": "model.safetensors"}, indent=2, sort_keys=True))
         return
     raise GrowlmError(f"cannot save a grown model of type {type(model).__name__}")
 
 
 def load_grown(out_dir):
-    """Load what `save_grown` wrote (a plain model or a GrownModel)."""
+    """Load what `save_grown` wrote (a plain model or a GrownModel; a GrownModel saved before its inner
+    model was a transformers folder keeps every tensor in growlm_grown.safetensors)."""
     out_dir = Path(out_dir)
     if (out_dir / GROWN_JSON).is_file():
         meta = read_json(out_dir / GROWN_JSON)
@@ -146,7 +148,14 @@ def load_grown(out_dir):
             raise GrowlmError(f"grown model at {out_dir} has no {GROWN_TENSORS}")
         check_recorded_sha256(tensors)
         try:
-            return GrownModel.restore(meta, load_file(str(tensors)))
-        except Exception as err:  # a truncated file, tensors that do not fit the description
+            loaded = load_file(str(tensors))
+        except Exception as err:  # a truncated file
+            raise damaged(tensors, f"the grown model does not load: {str(err).splitlines()[0][:200]}") from None
+        if meta.get("inner"):  # the inner model is the folder's transformers model
+            inner = load_model(out_dir)
+            loaded.update({"inner." + k: v for k, v in inner.state_dict().items()})
+        try:
+            return GrownModel.restore(meta, loaded)
+        except Exception as err:  # tensors that do not fit the description
             raise damaged(tensors, f"the grown model does not load: {str(err).splitlines()[0][:200]}") from None
     return load_model(out_dir)

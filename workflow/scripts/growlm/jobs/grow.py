@@ -37,6 +37,16 @@ COMPILE_ENV = "GROWLM_TRAIN_COMPILE"  # train.compile of the user's run, as JSON
 INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (methods with freeze)
 
 
+def tokenizer_of(data_file) -> Path | None:
+    """The experiment's tokenizer folder, found from a token file the grow job reads (the workflow's layout:
+    `<results>/tokens/<level>/train.npy` beside `<results>/tokenizer/`), for the grown model's folder; None
+    when there is none (the library used on its own)."""
+    if data_file is None:
+        return None
+    folder = Path(data_file).parents[2] / "tokenizer"
+    return folder if (folder / "tokenizer.json").is_file() else None
+
+
 def operator_options(chain: list[str], options: dict, *, seed: int, data_file=None,
                      learned_batches: dict | None = None) -> dict:
     """The options a grow job passes to `grow()`: the configured ones and, for learned operators,
@@ -91,7 +101,7 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     wall = time.perf_counter() - t0
     check_finite(grown, method, options, data_file)
     flops = int(getattr(grown, "growlm_growth_flops", 0))
-    save_grown(grown, out_dir)
+    save_grown(grown, out_dir, tokenizer_dir=tokenizer_of(data_file))
     member_cost = []
     trunks = {}
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
@@ -179,7 +189,7 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
             f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
     grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,
                         embeddings=embeddings)
-    save_grown(grown, out_dir)
+    save_grown(grown, out_dir, tokenizer_dir=tokenizer_dir)
     (out_dir / "growth.json").write_text(json.dumps(
         {"method": "vcycle", "chain": ["vcycle"], "options": vcycle, "growth_flops": flops,
          "growth_wall_s": wall, "stages": stages, "members": []}, indent=2))
@@ -200,7 +210,7 @@ def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_d
                                      weight_decay=weight_decay, grad_clip=grad_clip,
                                      stages=apollo.get("stages", "authors"), log=log)
     out_dir = Path(out_dir)
-    save_grown(grown, out_dir)
+    save_grown(grown, out_dir, tokenizer_dir=tokenizer_dir)
     (out_dir / "growth.json").write_text(json.dumps(
         {"method": "apollo", "chain": ["apollo"], "options": apollo, "growth_flops": summary["flops"],
          "growth_wall_s": summary["wall_s"], "members": [], "stages": summary["stages"]}, indent=2))
