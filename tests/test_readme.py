@@ -11,6 +11,7 @@ machine and no other; a command is printed once, on the page of its topic.
 from __future__ import annotations
 
 import glob
+import os
 import re
 import shlex
 import shutil
@@ -48,6 +49,16 @@ def dry_run(command: str, wd: Path) -> None:
     """A long run, as a dry run: the DAG must build (every check passes) and hold jobs."""
     proc = run_snakemake(wd, *snakemake_args(command), "-n", "--quiet", "rules")
     assert job_counts(proc.stdout), proc.stdout[-2000:]
+
+
+def offline_dry_run(command: str, wd: Path, tiny_run: Path) -> None:
+    """`HF_HUB_OFFLINE=1 .venv/bin/snakemake ...`: the run on a machine without a network, as a dry run."""
+    variable, _, rest = command.partition(" ")
+    name, _, value = variable.partition("=")
+    env = {**os.environ, name: value}
+    proc = subprocess.run([*SNAKEMAKE, *snakemake_args(rest), "-n", "--quiet", "rules"], cwd=wd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and job_counts(proc.stdout), proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
 def setup_and_run_and_report(command: str, wd: Path, tiny_run: Path) -> None:
@@ -131,6 +142,7 @@ HANDLERS = [
     (r"bash setup\.sh && \.venv/bin/python -m pytest .*", setup_and_test),
     (r"\.venv/bin/snakemake .*config/babylm\.yaml.*", babylm),
     (r"\.venv/bin/snakemake .*", lambda command, wd, tiny_run: dry_run(command, wd)),
+    (r"HF_HUB_OFFLINE=1 \.venv/bin/snakemake .*", offline_dry_run),
     (r"tail -f .*", follow_logs),
     (r"\.venv/bin/tensorboard --logdir \S+", tensorboard),
     (r"\.venv/bin/python -m growlm\.profiling .*", profiling_cli),
