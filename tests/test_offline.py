@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -62,7 +63,17 @@ def test_a_hub_member_without_network_fails_at_once_naming_it(workflow_dir, tmp_
     assert "fetch it where there is a network with `snakemake --cores all prepare`" in out
     assert "or give a local folder instead of the id" in out
     assert "Retrying" not in out
-    assert took < 5.0, f"the dry run took {took:.1f} s to refuse"
+    assert took < 60, f"the dry run took {took:.1f} s to refuse"  # (Snakemake's own start, under a loaded CI)
+    # the check itself, at once: what the dry run asks of each Hub member, in a fresh process
+    probe = ("import time; t = time.perf_counter()\nfrom growlm.errors import GrowlmError\n"
+             "from growlm.pretrained import read_member\ntry:\n    read_member('someone/tiny-member-a', 1, context=32)\n"
+             "except GrowlmError as err:\n    print(round(time.perf_counter() - t, 3), err)\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    proc = subprocess.run([sys.executable, "-c", probe], env={**full, **env}, capture_output=True, text=True,
+                          timeout=120)
+    seconds, _, message = proc.stdout.strip().partition(" ")
+    assert "the Hub member 'someone/tiny-member-a' cannot be read" in message, proc.stdout + proc.stderr
+    assert float(seconds) < 5.0, f"refused after {seconds} s"
 
 
 @pytest.mark.slow

@@ -21,6 +21,20 @@ from growlm.jobs.plugins import check
 from growlm.methods import chain_names
 
 EXAMPLE = str(REPO / "examples" / "smooth_labels.py")
+
+
+@pytest.fixture(autouse=True)
+def operators_as_they_were():
+    """Plugins a test registers are forgotten after it (other tests of this process declare the same
+    names from their own copies of the files)."""
+    from growlm.growth.registry import IMPLEMENTATIONS
+    from growlm.methods import OPERATORS
+
+    saved = dict(OPERATORS), dict(IMPLEMENTATIONS), dict(refiners.REFINERS)
+    yield
+    for table, before in zip((OPERATORS, IMPLEMENTATIONS, refiners.REFINERS), saved):
+        table.clear()
+        table.update(before)
 CHECK = {"method": ["msg", "smooth_labels"], "n": 2, "d0": 16, "L0": 1, "d1": 32, "L1": 2, "head_dim": 8}
 
 

@@ -5,7 +5,6 @@
 # first job (onstart); and the record of what made the results, after a finished run (onsuccess).
 # No rules here.
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -18,11 +17,12 @@ from growlm.hub import PREPARE, go_offline, offline_set
 from growlm.interrupted import interrupted_run_notice
 from growlm.sources import hub_problem
 from growlm.tasks import task_problems
+from growlm.train_config import export_compile
 from growlm.validate import check_plugin_operators, experiment_warnings
 
 # train.compile for the jobs that train outside a training rule's params (the V-cycle's stages in the grow
 # job, growlm.jobs.grow.vcycle): how a job runs, inherited through the environment, never a rerun trigger
-os.environ["GROWLM_TRAIN_COMPILE"] = json.dumps(config["train"]["compile"])
+export_compile(config["train"]["compile"])
 
 # a run killed before this one left its lock: say how to continue (Snakemake checks the lock next)
 NOTICE = interrupted_run_notice(Path.cwd(), sys.argv)

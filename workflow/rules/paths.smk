@@ -3,7 +3,10 @@
 # `rule all`, the comparison and the report ask for). No rules here.
 
 import itertools
+import os
 import re
+import sys
+from pathlib import Path
 
 from growlm.experiment import level_dir
 
@@ -142,3 +145,33 @@ def kept_outputs():
     files += [f"{tokens}/{split}.npy" for tokens in (MEMBER_TOKENS, LARGE_TOKENS) for split in ("train", "val")]
     files += [res(f"tokens/level{level}/test.npy") for level in LEVELS]
     return sorted(set(files))
+
+
+# --- what needs the network (rule prepare, rules/prepare.smk) ----------------------------------
+
+
+def prepare_targets():
+    """The outputs whose jobs read the network: Hub sources, Hub members, task data."""
+    out = [
+        res(f"corpus/sources/{source['name']}/source.json")
+        for source in config["corpus"]["sources"]
+        if source.get("hf") and not Path(str(source["hf"])).is_dir()
+    ]
+    out += [
+        f"{PRETRAINED.format(member=i + 1)}/model.safetensors"
+        for i, item in enumerate(PRETRAINED_MEMBERS)
+        if pretrained_spec(item)["kind"] == "hf"
+    ]
+    out += [res(f"tasks/data/{tid}.json") for tid, spec in TASKS.items() if not spec.get("bundled")]
+    return out
+
+
+def say_prepared(count, log_file):
+    """What rule prepare says when it is done, in its log and on the terminal."""
+    said = (
+        f"growlm: prepared {count} input(s) that need the network; run the rest anywhere that shares results/ "
+        f"and the Hub's cache ({os.environ.get('HF_HOME', '~/.cache/huggingface')}), with HF_HUB_OFFLINE=1 where "
+        "there is no network"
+    )
+    Path(log_file).write_text(f"{said}\n")
+    print(said, file=sys.stderr)

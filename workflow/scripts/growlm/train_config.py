@@ -23,6 +23,7 @@ Two groups of fields:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, fields, replace
 
 from growlm.errors import GrowlmError
@@ -30,6 +31,22 @@ from growlm.errors import GrowlmError
 STRATEGIES = ("single", "ddp", "fsdp", "fsdp_offload")
 # torch.compile's modes (`compile: true` is "default"); "reduce-overhead" captures the step in CUDA graphs
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# train.compile of the user's run, as JSON, for the jobs that train outside a training rule's params (the
+# V-cycle's stages in the grow job): how a job runs, passed through the environment the jobs inherit, so it
+# never enters a rule's params (which would rerun jobs when it changes)
+COMPILE_ENV = "GROWLM_TRAIN_COMPILE"
+
+
+def export_compile(setting) -> None:
+    """Put train.compile into the environment the workflow's jobs inherit (`COMPILE_ENV`)."""
+    os.environ[COMPILE_ENV] = json.dumps(setting)
+
+
+def compile_from_env() -> bool | str:
+    """train.compile as the workflow's run exported it (False outside the workflow)."""
+    return json.loads(os.environ.get(COMPILE_ENV, "false"))
+
+
 SYNC_EVERY_CUDA = 32  # sync_every 0 (automatic): read the losses every step on a CPU, every 32 steps on CUDA
 
 

@@ -114,8 +114,8 @@ def load_plugins(paths) -> list[str]:
         cached = sys.modules.get(module_name)
         if cached is not None:
             marked = _marked(cached)
-            if marked and all((REFINERS if OPERATORS[n].axis == REFINE else IMPLEMENTATIONS).get(n) is fn
-                              for n, fn in marked.items() if n in OPERATORS):
+            if marked and all(n in OPERATORS and (REFINERS if OPERATORS[n].axis == REFINE else IMPLEMENTATIONS).get(n)
+                              is fn for n, fn in marked.items()):  # (an operator since forgotten: import again)
                 names += sorted(marked)
                 continue
             del sys.modules[module_name]

@@ -8,7 +8,6 @@ and wall time, and the members it used with their training cost (what the compar
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -31,9 +30,8 @@ from growlm.schedules.vcycle import coalesce, interpolate, vcycle_plan
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
-from growlm.train_config import TrainConfig
+from growlm.train_config import TrainConfig, compile_from_env
 
-COMPILE_ENV = "GROWLM_TRAIN_COMPILE"  # train.compile of the user's run, as JSON (set by workflow/rules/checks.smk)
 INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (methods with freeze)
 
 
@@ -153,7 +151,7 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
     from an empty compile cache); None: what the workflow's run says (`COMPILE_ENV`, which the Snakefile
     sets for every job it starts: how a job runs is never one of its params)."""
     if compile is None:
-        compile = json.loads(os.environ.get(COMPILE_ENV, "false"))
+        compile = compile_from_env()
     k, levels = int(vcycle["factor"]), int(vcycle["levels"])
     pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
     base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
