@@ -20,6 +20,14 @@ def _run(*args: str, timeout: int = 120) -> str:
     return proc.stdout
 
 
+def test_refine_speed_quick_prints_both_ratios():
+    out = _run("bench/refine_speed.py", "--quick", timeout=300)
+    m = re.fullmatch(r"refine_speed during=([0-9.]+) after=([0-9.]+)", out.strip().splitlines()[-1])
+    assert m, out[-2000:]
+    assert float(m.group(1)) > 0 and float(m.group(2)) > 0
+    assert {"msg", "concat", "vcycle"} <= {line.split()[1] for line in out.splitlines() if line.startswith("    off")}
+
+
 def test_throughput_quick_prints_a_positive_ratio():
     out = _run("bench/throughput.py", "--quick")
     last = out.strip().splitlines()[-1]
