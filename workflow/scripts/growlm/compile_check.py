@@ -45,6 +45,23 @@ def _traced():
         torch._dynamo.reset()
 
 
+def train_briefly(model: torch.nn.Module, steps: int, *, batch_size: int = 2, context: int | None = None,
+                  compile: bool = False, refiners: dict | None = None) -> None:
+    """`steps` steps of the real training loop (`growlm.train.train`) on random tokens, in a throwaway
+    folder: what the checks before the first job run a model or a refiner through. In place."""
+    config = model.config
+    context = context or min(16, int(getattr(config, "n_positions", None) or config.max_position_embeddings))
+    vocab = int(config.vocab_size)
+    tokens = np.random.default_rng(0).integers(0, vocab, size=(steps + 2) * batch_size * context + 1)
+    tokens = tokens.astype(np.uint16 if vocab < 2**16 else np.int32)
+    cfg = TrainConfig(tokens=steps * batch_size * context, batch_size=batch_size, context=context, lr=1e-4,
+                      warmup_steps=1, eval_interval=steps, eval_tokens=batch_size * context,
+                      checkpoint_every=10 ** 9, compile=compile, refiners=refiners)
+    with tempfile.TemporaryDirectory() as tmp:
+        training.train(model, tokens, tokens[: 4 * batch_size * context], cfg, ckpt_dir=f"{tmp}/ckpt",
+                       ledger_path=f"{tmp}/ledger.csv", log=lambda *a: None)
+
+
 def check_compiles_once(model: torch.nn.Module, what: str, *, steps: int | None = None, batch_size: int = 2,
                         context: int | None = None, refiners: dict | None = None) -> int:
     """Train `model` (a grown model with `growth_step`, or any model) with `compile: true` for `steps`
@@ -54,19 +71,9 @@ def check_compiles_once(model: torch.nn.Module, what: str, *, steps: int | None 
     spec = getattr(model, "spec", {}) or {}
     ramp = max(int(spec.get("ramp_steps", 0) or 0), int(spec.get("ln_ramp_steps", 0) or 0))
     steps = steps or ramp + 2
-    config = model.config
-    context = context or min(16, int(getattr(config, "n_positions", None) or config.max_position_embeddings))
-    vocab = int(config.vocab_size)
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, vocab, size=(steps + 2) * batch_size * context + 1).astype(np.uint16 if vocab < 2**16
-                                                                                      else np.int32)
-    cfg = TrainConfig(tokens=steps * batch_size * context, batch_size=batch_size, context=context, lr=1e-4,
-                      warmup_steps=1, eval_interval=steps, eval_tokens=batch_size * context,
-                      checkpoint_every=10 ** 9, compile=True, refiners=refiners)
-    with tempfile.TemporaryDirectory() as tmp, _traced():
+    with _traced():
         try:
-            training.train(model, tokens, tokens[: 4 * batch_size * context], cfg, ckpt_dir=f"{tmp}/ckpt",
-                           ledger_path=f"{tmp}/ledger.csv", log=lambda *a: None)
+            train_briefly(model, steps, batch_size=batch_size, context=context, compile=True, refiners=refiners)
         except torch._dynamo.exc.RecompileError as err:
             reason = " ".join(str(err).split())
             raise GrowlmError(f"{what} recompiles under torch.compile during its refinement: {reason[:400]}. A value "

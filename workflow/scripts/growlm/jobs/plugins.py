@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 
-import numpy as np
 import torch
 
-from growlm.compile_check import check_compiles_once
+from growlm.compile_check import check_compiles_once, train_briefly
 from growlm.errors import GrowlmError
 from growlm.growth import grow, load_plugins
 from growlm.methods import OPERATORS, growth_names, method_chain
 from growlm.refiners import REFINERS
-from growlm.train import train
-from growlm.train_config import TrainConfig
 from growlm.model import build_model
 from growlm.shape import ModelShape
 
@@ -116,13 +112,8 @@ def check_refiner(name: str, source: str, method: list[str], *, n: int, d0: int,
     spec = OPERATORS[name]
     settings = {**spec.options, **{k: v for k, v in (options or {}).items() if k in spec.options},
                 **{k: 2 for k in spec.ramps}}
-    tokens = np.random.default_rng(0).integers(0, VOCAB, 40 * CONTEXT).astype(np.uint16)
-    cfg = TrainConfig(tokens=4 * 2 * CONTEXT, batch_size=2, context=CONTEXT, lr=1e-4, warmup_steps=1, eval_interval=4,
-                      eval_tokens=2 * CONTEXT, checkpoint_every=10 ** 9, refiners={name: settings})
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            train(grown.float(), tokens, tokens[: 8 * CONTEXT], cfg, ckpt_dir=f"{tmp}/ckpt", ledger_path=f"{tmp}/l.csv",
-                  log=lambda *a: None)
+        train_briefly(grown.float(), 4, context=CONTEXT, refiners={name: settings})
     except GrowlmError as err:
         raise GrowlmError(f"{where}: {err}") from None
     except Exception as err:  # the user's code
