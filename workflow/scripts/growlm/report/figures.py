@@ -1,0 +1,220 @@
+"""The report's figures (SVG): loss against FLOPs, the cost ratios, scaling and budget sweeps, and the
+benchmark tasks' scores. matplotlib draws without a display (the Agg backend), as on a compute node.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from growlm.report.tables import test_level  # noqa: E402
+
+def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
+    """Validation loss against cumulative training FLOPs; M_1 starts at the small models' cost."""
+    fig = loss_vs_flops_figure(curves_csv, comparison_csv)
+    fig.savefig(out_svg, bbox_inches="tight")
+    plt.close(fig)
+
+
+def loss_vs_flops_figure(curves_csv, comparison_csv):
+    """The figure of `loss_vs_flops_plot`: a panel per size and budget, the legend beside it."""
+    curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    comp = pd.read_csv(comparison_csv)
+    large = curves[~curves["arm"].str.startswith("m_")].copy()
+    large["seed"] = large["seed"].astype(str)
+    large["total_tflops"] = large["total_flops"] / 1e12
+    if "budget" not in large:  # curves of an older growlm
+        large["budget"] = comp["budget"].iloc[0] if "budget" in comp else 0
+    if "budget" not in comp:
+        comp["budget"] = large["budget"].iloc[0]
+    groups = large.groupby(["d0", "L0", "d1", "L1", "n", "budget"], sort=True)  # one panel per size and budget
+    ncols = min(3, max(1, len(groups)))
+    nrows = (len(groups) + ncols - 1) // ncols
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.5 * nrows), squeeze=False)
+    for ax, ((d0, L0, d1, L1, n, budget), g) in zip(axes.flat, groups):
+        g = g.drop_duplicates(subset=["arm", "seed", "step"])
+        sns.lineplot(data=g, x="total_tflops", y="val_loss", hue="arm", style="seed", ax=ax, marker="o",
+                     markersize=3)
+        sub = comp[(comp.d0 == d0) & (comp.L0 == L0) & (comp.d1 == d1) & (comp.L1 == L1) & (comp.n == n)
+                   & (comp.budget == budget)]
+        if len(sub):
+            ax.axhline(sub["m0_final_val_loss"].mean(), color="grey", ls="--", lw=1, label="M_0 final loss")
+            ax.axvline(sub["small_flops"].mean() / 1e12, color="grey", ls=":", lw=1,
+                       label="cost of the n small models")
+            if "ensemble_test_loss" in sub and sub["ensemble_test_loss"].notna().any():
+                ax.axhline(sub["ensemble_test_loss"].mean(), color="tab:purple", ls="-.", lw=1,
+                           label="members' ensemble, untrained (test loss)")
+        ax.set_xlabel("cumulative training TFLOPs (M_1 includes the small models' cost)")
+        ax.set_ylabel(f"validation loss, level {test_level(comp)} (nats/token)")
+        ax.set_title(f"d0={d0}, L0={L0} -> d1={d1}, L1={L1}, n={n}, budget {int(budget):,} tokens")
+        # the legend beside the panel, not over the curves
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    fig.set_size_inches(9.5 * ncols, 4.8 * nrows)
+    fig.tight_layout()
+    return fig
+
+
+# the columns that decide first; the rest follow (all of them are in comparison.csv)
+
+
+def cost_ratio_plot(comparison_csv, out_svg) -> None:
+    """Bar chart: cost ratio per method (mean over seeds, bars = spread), small models counted vs free."""
+    df = pd.read_csv(comparison_csv)
+    if "budget" in df and df["budget"].nunique() > 1:  # one bar per method and budget
+        df["method"] = df["method"] + "\n" + (df["budget"] // 1000).astype(str) + "k tokens"
+    long = df.melt(id_vars=["method", "seed", "d0", "d1", "n"], value_vars=["cost_ratio", "cost_ratio_small_free"],
+                   var_name="accounting", value_name="ratio")
+    long["accounting"] = long["accounting"].map({"cost_ratio": "small models counted",
+                                                 "cost_ratio_small_free": "small models free"})
+    long["setting"] = "d0=" + long["d0"].astype(str) + " d1=" + long["d1"].astype(str) + " n=" + long["n"].astype(str)
+    reached = long.dropna(subset=["ratio"])
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * long["method"].nunique() + 3), 4.5))
+    if len(reached):
+        sns.barplot(data=reached, x="method", y="ratio", hue="accounting", errorbar="sd", capsize=0.1, ax=ax)
+        sns.stripplot(data=reached, x="method", y="ratio", hue="accounting", dodge=True, palette="dark:black", size=3,
+                      ax=ax, legend=False)
+    missing = sorted(set(long["method"]) - set(reached["method"]))
+    ax.axhline(1.0, color="grey", ls="--", lw=1)
+    ax.set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    title = "Cost ratio per method (mean over seeds, bars: standard deviation; below 1: growth paid off)"
+    if missing:
+        title += f"\nnever reached M_0's loss: {', '.join(missing)}"
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+def scaling_plot(comparison: pd.DataFrame, out_svg) -> None:
+    """The cost ratio against d1, one line per method (mean over seeds, bars: standard deviation),
+    with the small models counted and free side by side: does the answer hold as the model grows?
+    A (method, d1) some of whose seeds never reached M_0's loss is marked with its count."""
+    df = comparison.copy()
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, column, what in ((axes[0], "cost_ratio", "small models counted"),
+                             (axes[1], "cost_ratio_small_free", "small models free")):
+        for method, g in df.groupby("method", sort=False):
+            stats = g.groupby("d1").agg(mean=(column, "mean"), std=(column, "std"), reached=("reached", "sum"),
+                                        seeds=("seed", "nunique")).reset_index()
+            if stats["mean"].isna().all():  # no seed reached M_0's loss at any width: only the marks below
+                for _, row in stats.iterrows():
+                    ax.annotate(f"{method}: 0/{int(row['seeds'])} reached", (row["d1"], 1.0), fontsize=7,
+                                xytext=(4, 4 + 10 * list(df["method"].unique()).index(method)),
+                                textcoords="offset points")
+                continue
+            line = ax.errorbar(stats["d1"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
+                               label=method)
+            ax.scatter(g["d1"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
+            for _, row in stats[stats["reached"] < stats["seeds"]].iterrows():
+                y = row["mean"] if pd.notna(row["mean"]) else 1.0
+                ax.annotate(f"{method}: {int(row['reached'])}/{int(row['seeds'])} reached", (row["d1"], y), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        ax.axhline(1.0, color="grey", ls="--", lw=1)
+        widths = sorted(df["d1"].unique())
+        if len(widths) > 1:
+            ax.set_xscale("log", base=2)
+        else:  # one width in the sweep: one point per method
+            ax.set_xlim(widths[0] / 1.5, widths[0] * 1.5)
+        budgets = df.groupby("d1")["budget"].agg(lambda b: "/".join(f"{v / 1e6:.3g}M" for v in sorted(set(b))))
+        ax.set_xticks(widths, [f"{int(v)}\n{budgets[v]}" for v in widths])  # M_0's budget under each width
+        ax.set_xlabel("width d1 (d0 = d1 / 2) and M_0's tokens")
+        ax.set_title(what, fontsize=10)
+    axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Cost ratio against model width (mean over seeds, bars: standard deviation; below 1: growth paid)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+def budget_plot(comparison: pd.DataFrame, out_svg) -> None:
+    """The cost ratio against M_0's token budget, one line per method (and size, when the sweep has
+    several), mean over seeds with their standard deviation, the small models counted and free side
+    by side: does the saving grow or shrink as the large models train longer? A (method, budget) some
+    of whose seeds never reached M_0's loss is marked with its count."""
+    df = comparison.copy()
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    sizes = df.groupby(["d0", "L0", "d1", "L1", "n"]).ngroups
+    df["line"] = df["method"] if sizes == 1 else (
+        df["method"] + " (d" + df["d0"].astype(str) + "->d" + df["d1"].astype(str) + ", n=" + df["n"].astype(str) + ")")
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    lines = list(df["line"].unique())
+    for ax, column, what in ((axes[0], "cost_ratio", "small models counted"),
+                             (axes[1], "cost_ratio_small_free", "small models free")):
+        for label, g in df.groupby("line", sort=False):
+            stats = g.groupby("budget").agg(mean=(column, "mean"), std=(column, "std"), reached=("reached", "sum"),
+                                            seeds=("seed", "nunique")).reset_index()
+            if stats["mean"].notna().any():
+                line = ax.errorbar(stats["budget"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
+                                   label=label)
+                ax.scatter(g["budget"], g[column], s=10, color=line[0].get_color(), alpha=0.5)
+            for _, row in stats[stats["reached"] < stats["seeds"]].iterrows():
+                y = row["mean"] if pd.notna(row["mean"]) else 1.0
+                ax.annotate(f"{label}: {int(row['reached'])}/{int(row['seeds'])} reached", (row["budget"], y),
+                            fontsize=7, xytext=(4, 4 + 10 * lines.index(label)), textcoords="offset points")
+        ax.axhline(1.0, color="grey", ls="--", lw=1)
+        budgets = sorted(df["budget"].unique())
+        if len(budgets) > 1:
+            ax.set_xscale("log")
+        ax.set_xticks(budgets, [f"{b / 1e6:.3g}M" for b in budgets])
+        ax.minorticks_off()
+        ax.set_xlabel("M_0's budget (training tokens)")
+        ax.set_title(what, fontsize=10)
+    axes[0].set_ylabel("cost to reach M_0's final loss / M_0's cost")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Cost ratio against M_0's budget, each refinement trained as many tokens (mean over seeds, bars: "
+                 "standard deviation; below 1: growth paid)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# lm-evaluation-harness tasks
+# ----------------------------------------------------------------------------------------------
+
+
+def tasks_plot(table: pd.DataFrame, out_svg) -> None:
+    """Each task's score against the training FLOPs of every model (members, M_0, every M_1; an M_1
+    at its members' and growth's cost plus its refinement's), a panel per task and metric."""
+    ok = table[(table["error"].fillna("").astype(str) == "") & table["named"].astype(bool)].dropna(subset=["value"])
+    panels = list(ok.groupby(["task", "metric"], sort=True))
+    sns.set_theme(style="whitegrid", context="notebook")
+    ncols = min(3, max(1, len(panels)))
+    nrows = max(1, (len(panels) + ncols - 1) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols + 2.5, 4.0 * nrows), squeeze=False)
+    for ax, ((task, metric), g) in zip(axes.flat, panels):
+        g = g.assign(training_tflops=g["training_flops"] / 1e12)
+        sns.scatterplot(data=g, x="training_tflops", y="value", hue="arm", style="kind", s=60, ax=ax)
+        if g["training_tflops"].gt(0).all() and g["training_tflops"].nunique() > 1:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labels at the decades only
+        if "perplexity" in metric and g["value"].gt(0).all():
+            ax.set_yscale("log")
+        better = g["higher_is_better"].astype(str).iloc[0]
+        ax.set_ylabel(f"{metric}" + {"True": " (higher is better)", "False": " (lower is better)"}.get(better, ""))
+        ax.set_xlabel("training TFLOPs (M_1 includes its members and growth)")
+        ax.set_title(task, fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    if not panels:
+        axes.flat[0].text(0.5, 0.5, "no task scores (see the task table for failed runs)", ha="center",
+                          transform=axes.flat[0].transAxes)
+    for ax in list(axes.flat)[max(1, len(panels)):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(out_svg)
+    plt.close(fig)

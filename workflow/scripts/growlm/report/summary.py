@@ -1,0 +1,170 @@
+"""The report's first page: the answer, a sentence per arm.
+
+`summary_sentences` turns `comparison.csv` into plain sentences: whether growing paid, with the cost
+ratio with the small models counted and free, whether M_1 reached M_0's final loss, the final losses
+and the controls. `write_summary` puts them above the workflow's description in the reST that the
+Snakefile gives Snakemake as the report's first page once it exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from growlm.report.tables import task_failures, task_score_columns, test_level
+
+def _ratio(mean: float, std: float, seeds: int) -> str:
+    return f"{mean:.2f}" + (f" ± {std:.2f}" if seeds > 1 and std == std else "")
+
+
+def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
+    seeds = g["seed"].nunique()
+    reached = int(g["reached"].sum())
+    m0, m1 = g["m0_final_val_loss"].mean(), g["m1_final_val_loss"].mean()
+    members = int(g["members_used"].iloc[0]) if "members_used" in g else 0
+    small = {0: "", 1: "the small model"}.get(members, "the small models")
+    what = {"grown from n members": f"grown from {members} members",
+            "grown from m_1 (single-source operator)": "grown from m_1 alone",
+            "control: m_1 only": "control: m_1 alone, fed n times",
+            "schedule (no small model)": "a schedule that reuses no small model"}.get(arm, arm)
+    head = f"**{method}** ({what})"
+    if reached == 0:
+        return (f"{head}: M_1 did not reach M_0's final validation loss within the budget; it ended at {m1:.3f} "
+                f"(M_0: {m0:.3f}).")
+    ok = g[g["reached"].astype(bool)]
+    free = _ratio(ok["cost_ratio_small_free"].mean(), ok["cost_ratio_small_free"].std(), len(ok))
+    partly = f" (in {reached} of {seeds} seeds)" if reached < seeds else ""
+    if small and "members_cost" in g and (g["members_cost"] == "unknown").any():
+        # pretrained members whose training cost growlm does not know (members.cost not stated)
+        verdict = "growing paid with the members free" if ok["cost_ratio_small_free"].mean() < 1 else \
+            "growing did not pay even with the members free"
+        return (f"{head}: {verdict}. M_1 reached M_0's final validation loss at {free} of M_0's FLOPs with {small} "
+                f"free{partly} and ended at {m1:.3f} (M_0: {m0:.3f}); the members' own training cost is not counted: it is "
+                f"not known (state it in members.cost to count it).")
+    counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
+    ratio, ratio_free = ok["cost_ratio"].mean(), ok["cost_ratio_small_free"].mean()
+    if ratio < 1:
+        verdict = "growing paid"
+    elif ratio_free < 1:
+        verdict = f"growing paid only if {small} cost nothing" if small else "growing did not pay"
+    else:
+        verdict = "growing did not pay"
+    whose = "the small model's" if members == 1 else "the small models'"
+    cost = (f"at {counted} of M_0's FLOPs counting {whose} training ({free} with {'it' if members == 1 else 'them'}"
+            f" free)" if small else f"at {counted} of M_0's FLOPs")
+    return (f"{head}: {verdict}. M_1 reached M_0's final validation loss {cost}{partly} and ended at {m1:.3f} "
+            f"(M_0: {m0:.3f}).")
+
+
+def _ratios(values) -> str:
+    return ", ".join(f"{v:.2f}" if v == v else "not reached" for v in values)
+
+
+def budget_sentences(df: pd.DataFrame) -> list[str]:
+    """With several budgets: per size and method, does the saving (1 - cost ratio, small models
+    counted) grow or shrink as M_0 and M_1 train longer? Means over the seeds that reached M_0's loss;
+    a change of less than 0.02 in the ratio between the smallest and largest budget is 'about the same'."""
+    out = []
+    for (d0, L0, d1, L1, n), group in df.groupby(["d0", "L0", "d1", "L1", "n"], sort=True):
+        budgets = sorted(group["budget"].unique())
+        if len(budgets) < 2:
+            continue
+        tokens = ", ".join(f"{int(b):,}" for b in budgets)
+        out.append(f"The saving across budgets (width {d0} -> {d1}, n = {n}; M_0 and each refinement trained "
+                   f"{tokens} tokens): cost ratios at each budget, small models counted (free):")
+        for method, g in group.groupby("method", sort=False):
+            ok = g[g["reached"]]
+            counted = [ok[ok["budget"] == b]["cost_ratio"].mean() for b in budgets]
+            free = [ok[ok["budget"] == b]["cost_ratio_small_free"].mean() for b in budgets]
+            known = [(b, r) for b, r in zip(budgets, counted) if r == r]
+            if len(known) < 2:
+                trend = "M_1 reached M_0's loss at fewer than two budgets, so no trend"
+            else:
+                change = known[-1][1] - known[0][1]
+                trend = ("the saving grows with the budget" if change < -0.02 else
+                         "the saving shrinks with the budget" if change > 0.02 else
+                         "the saving stays about the same across budgets")
+            out.append(f"**{method}**: {trend} ({_ratios(counted)}; free: {_ratios(free)}).")
+    return out
+
+
+def task_sentences(df: pd.DataFrame, tasks: pd.DataFrame | None) -> list[str]:
+    """Per size and budget, each task's score of M_0 and of every M_1 (means over seeds), and every
+    failed task run."""
+    out = []
+    columns = [c for c in task_score_columns(df) if c.startswith("m0_")]
+    better = {}
+    if tasks is not None and len(tasks):
+        for _, r in tasks.iterrows():
+            better[f"{r['task']}/{r['metric']}"] = str(r["higher_is_better"])
+    if columns:
+        for (d1, L1, budget), group in df.groupby(["d1", "L1", "budget"], sort=True):
+            parts = []
+            for col in columns:
+                name = col[3:]
+                m1 = group.groupby("method", sort=False)[f"m1_{name}"].mean()
+                direction = {"True": ", higher is better", "False": ", lower is better"}.get(better.get(name, ""), "")
+                task, _, metric = name.partition("/")
+                parts.append(f"{task} ({metric}{direction}): M_0 {group[col].mean():.4g}; "
+                             + ", ".join(f"{m} {v:.4g}" for m, v in m1.items()))
+            out.append(f"Benchmark tasks (width {d1}, {L1} layers, {int(budget):,} tokens; M_1 by method): "
+                       + "; ".join(parts) + ".")
+    if tasks is not None and len(tasks):
+        failures = task_failures(tasks)
+        if failures:
+            out.append(f"The {len(failures)} failed task run(s) (their scores are missing; every other result "
+                       f"stands): " + "; ".join("``" + f.replace("`", "'") + "``" for f in failures) + ".")
+    return out
+
+
+def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
+    """The answer, one sentence per arm (grouped by sizes and budget), from comparison.csv; then, with
+    several budgets, whether the saving grows with the budget, and the benchmark tasks' scores
+    (`tasks_csv`: their failed runs too)."""
+    df = pd.read_csv(comparison_csv)
+    if df.empty:
+        return ["No comparison was made (the sweep has no grown model)."]
+    df["reached"] = df["reached"].astype(str).str.lower().isin(["true", "1"])
+    out = []
+    keys = ["d0", "L0", "d1", "L1", "n", "budget"]
+    for (d0, L0, d1, L1, n, budget), group in df.groupby(keys, sort=True):
+        seeds = group["seed"].nunique()
+        over = f", mean over {seeds} seeds" if seeds > 1 else ""
+        def layers(k):
+            return f"{k} layer{'s' if k != 1 else ''}"
+
+        brought = group[group["members_origin"] == "trained elsewhere"] if "members_origin" in group else group.iloc[:0]
+        if len(brought):  # members.pretrained: their own shape, not the config's d0 and L0
+            b = brought.iloc[0]
+            cost = {"stated": f"their stated cost ({b['small_flops']:.3g} FLOPs in all) counted as theirs",
+                    "unknown": "their cost not stated: ratios with the members free"}.get(b["members_cost"], "")
+            start = (f"starts from {n} member{'s' if n != 1 else ''} trained elsewhere ({b['members_shape']}; "
+                     f"{b['members_source']}; saved in {b['members_dtype']}, trained on in float32; {cost}; their "
+                     f"training time unknown, so no wall ratio counts it){over}:")
+        else:
+            start = f"starts from {n} small model{'s' if n != 1 else ''} of width {d0}, {layers(L0)}{over}:"
+        out.append(f"M_0 (width {d1}, {layers(L1)}) trained from scratch for {int(budget):,} tokens ends at "
+                   f"validation loss {group['m0_final_val_loss'].mean():.3f}; each M_1 has the same size and budget "
+                   f"and {start}")
+        for (method, arm), g in group.groupby(["method", "arm"], sort=False):
+            out.append(_arm_sentence(method, arm, g))
+        if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():
+            out.append(f"The {n} members' untrained logit-average ensemble has test loss "
+                       f"{group['ensemble_test_loss'].mean():.3f} on level {test_level(group)}.")
+    out += budget_sentences(df)
+    out += task_sentences(df, pd.read_csv(tasks_csv) if tasks_csv else None)
+    return out
+
+
+def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None) -> None:
+    """The report's first page (reST): the answer, then the workflow's description."""
+    lines = ["growlm: does growing pay?", "=" * 25, ""]
+    for sentence in summary_sentences(comparison_csv, tasks_csv):
+        prefix = "" if sentence.startswith("M_0 (") or sentence.startswith("The ") else "* "
+        lines += [prefix + sentence, ""]
+    lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "
+              "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. The table "
+              f"under *Comparison* holds every number; ``{comparison_csv}`` every column.", "",
+              "The experiment", "--------------", "", ""]
+    Path(out_rst).write_text("\n".join(lines) + Path(description_rst).read_text())
