@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from growlm.errors import GrowlmError, damaged, read_json
+from growlm.growth_record import Growth
 from growlm.methods import OPERATORS, is_single_member_control, members_used
 from growlm.pretrained import shape_of_config
 from growlm.tokens import load_tokens
@@ -93,7 +94,7 @@ def final_val_loss(model_dir: str | Path) -> float:
     return float(ev["val_loss"].iloc[-1]) if len(ev) else math.nan
 
 
-def growth_cost(growth: dict) -> dict:
+def growth_cost(growth: Growth) -> dict:
     """What M'_1 cost before its refinement, from its grow job's `growth.json`: the members the method
     used (a chain of single-source operators grows m_1 alone; a plugin's job trims its own list) and
     the members' shared trunk (`members.trunk`, counted once), their training FLOPs and wall time,
@@ -101,19 +102,19 @@ def growth_cost(growth: dict) -> dict:
     members only. M_1's curve starts at `small_flops + growth_flops`. A pretrained member's training
     cost is what `members.cost` stated, or unknown (None): then `unknown` is True and `small_flops` NaN
     (not counted)."""
-    trunk = [m for m in growth["members"] if m.get("role") == "trunk"]
-    members = [m for m in growth["members"] if m.get("role") != "trunk"]
-    if growth.get("chain") and all(nm in OPERATORS for nm in growth["chain"]):
-        members = members[:members_used(growth["chain"], len(members))]
+    trunk = [m for m in growth.members if m.get("role") == "trunk"]
+    members = [m for m in growth.members if m.get("role") != "trunk"]
+    if growth.chain and all(nm in OPERATORS for nm in growth.chain):
+        members = members[:members_used(growth.chain, len(members))]
     used = members + trunk
     unknown = any(m.get("flops") is None for m in used)
     return {"members": used, "n_members": len(members), "unknown": unknown,
             "small_flops": math.nan if unknown else float(sum(m["flops"] for m in used)),
             "small_wall_s": float(sum(m.get("wall_s") or 0.0 for m in used)),
-            "growth_flops": float(growth.get("growth_flops", 0)), "growth_wall_s": float(growth.get("growth_wall_s", 0.0))}
+            "growth_flops": float(growth.growth_flops), "growth_wall_s": float(growth.growth_wall_s)}
 
 
-def members_described(growth: dict) -> dict:
+def members_described(growth: Growth) -> dict:
     """What the members an arm used are, as the comparison and the report describe them: trained by growlm
     (their shape is the config's d0 and L0) or trained elsewhere (`members.pretrained`: their own family
     and shape, source and dtype, read from the imported folders)."""
@@ -218,9 +219,9 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
-    growth = read_json(grown_dir / "growth.json")
+    growth = Growth.read(grown_dir)
     cost = growth_cost(growth)
-    growth["members"], n_members = cost["members"], cost["n_members"]
+    used, n_members = cost["members"], cost["n_members"]
     small_flops, small_wall = cost["small_flops"], cost["small_wall_s"]
     growth_flops, growth_wall = cost["growth_flops"], cost["growth_wall_s"]
     unknown = cost["unknown"]
@@ -267,7 +268,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "m1_peak_mem_mb": float(m1["peak_mem_mb"].max()),
         "reached": not math.isnan(reach_flops),
         # how the members' training is counted: growlm trained them; members.cost stated it; unknown
-        "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in growth["members"])
+        "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in used)
                                                    else "counted"),
         **members_described(growth),
     }
@@ -283,9 +284,9 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         row["ensemble_test_loss"] = float(_metrics(ens, levels["evaluate"]).get("loss", math.nan))
     if is_single_member_control(combo["method"]):
         row["arm"] = "control: m_1 only"
-    elif not growth["members"]:
+    elif not used:
         row["arm"] = "schedule (no small model)"
-    elif len(growth["members"]) == 1 and int(combo["n"]) > 1:
+    elif len(used) == 1 and int(combo["n"]) > 1:
         row["arm"] = "grown from m_1 (single-source operator)"
     else:
         row["arm"] = "grown from n members"
@@ -295,7 +296,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=growth_flops if unknown else offset, lr=combo["lr"],
                    **keys)
     curves = [c0, c1]
-    for i, member in enumerate(growth["members"], start=1):
+    for i, member in enumerate(used, start=1):
         if not (Path(member["dir"]) / "ledger.csv").is_file():  # a pretrained member: not trained here
             continue
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
@@ -377,7 +378,7 @@ def task_table(combos: list[dict], paths: dict, task_files) -> pd.DataFrame:
         info = models.get(d, {"arm": d, "kind": "", "method": "", "dir": d})
         flops = _final_flops(d)
         if info.get("grown"):
-            cost = growth_cost(read_json(Path(info["grown"]) / "growth.json"))
+            cost = growth_cost(Growth.read(info["grown"]))
             flops += (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # members unknown: free
         base = {k: v for k, v in info.items() if k != "grown"} | {"training_flops": flops}
         for record in records:

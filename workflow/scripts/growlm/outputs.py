@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from growlm.errors import sha256
+from growlm.growth_record import GROWTH_FILE
 
 DEFAULT = "default"
 # what the default experiment writes directly under results/: no other experiment may take these names
@@ -184,7 +185,7 @@ def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
                     problems.append((str(path), "its content differs from the sha256 recorded when it was written"))
             except OSError as err:
                 problems.append((str(path), f"unreadable: {err}"))
-        for name in ("tokenizer.json", "growth.json"):
+        for name in ("tokenizer.json", GROWTH_FILE):
             for path in sorted(base.rglob(name)):
                 try:
                     json.loads(path.read_text())

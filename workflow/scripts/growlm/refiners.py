@@ -38,6 +38,7 @@ from growlm import hints
 from growlm.console import log
 from growlm.errors import GrowlmError, digest
 from growlm.flops import model_forward_flops_per_token
+from growlm.growth_record import GROWTH_FILE, Growth
 from growlm.loss import distill_loss
 from growlm.methods import OPERATORS, OperatorSpec, register_spec
 from growlm.model import load_model
@@ -54,11 +55,11 @@ class Refiner:
     inputs: tuple[str, ...] = ()  # settings that are files the job gives it, not options
 
     @classmethod
-    def settings(cls, options: dict, *, growth: dict, grown_dir: Path, steps: int) -> dict:
+    def settings(cls, options: dict, *, growth: Growth, grown_dir: Path, steps: int) -> dict:
         """The keyword arguments of the refiner for one refinement of `steps` steps: its `options`,
         its step counts (the description's `ramps`) held within the refinement, and - for a refiner
-        with `inputs` - the files the grow job left for it, found in `growth` (growth.json) and
-        `grown_dir`."""
+        with `inputs` - the files the grow job left for it, found in `growth` (the grow job's record,
+        `growlm.growth_record.Growth`) and `grown_dir`."""
         kw = dict(options)
         for key in OPERATORS[cls.name].ramps:
             kw[key] = min(int(kw[key]), steps)
@@ -184,9 +185,9 @@ class Teach(Refiner):
     @classmethod
     def settings(cls, options, *, growth, grown_dir, steps):
         kw = super().settings(options, growth=growth, grown_dir=grown_dir, steps=steps)
-        teachers = list(dict.fromkeys(m["dir"] for m in growth["members"] if m.get("role") != "trunk"))
+        teachers = list(dict.fromkeys(m["dir"] for m in growth.members if m.get("role") != "trunk"))
         if not teachers:
-            raise GrowlmError(f"teach: {grown_dir}/growth.json names no members to teach")
+            raise GrowlmError(f"teach: {grown_dir}/{GROWTH_FILE} names no members to teach")
         log(f"teach: {len(teachers)} member(s) teach for {kw['teach_steps']} steps (weight {kw['teach_weight']} "
             f"-> 0, temperature {kw['temperature']})")
         return {**kw, "teachers": teachers}
@@ -234,7 +235,7 @@ class Freeze(Refiner):
     @classmethod
     def settings(cls, options, *, growth, grown_dir, steps):
         kw = super().settings(options, growth=growth, grown_dir=grown_dir, steps=steps)
-        masks = Path(grown_dir) / growth.get("inherited", "inherited.safetensors")
+        masks = Path(grown_dir) / growth.provided.get("inherited", "inherited.safetensors")
         if not masks.is_file():
             raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
                               f"rebuild it and continue with `{hints.rebuild(masks)}`")
@@ -292,10 +293,10 @@ class Carry(Refiner):
 
     @classmethod
     def settings(cls, options, *, growth, grown_dir, steps):
-        if not growth.get("moments"):
-            raise GrowlmError(f"carry: {grown_dir}/growth.json names no grown moments; rebuild it and continue "
-                              f"with `{hints.rebuild(Path(grown_dir) / 'growth.json')}`")
-        return {**options, "moments": str(Path(grown_dir) / growth["moments"])}
+        if not growth.provided.get("moments"):
+            raise GrowlmError(f"carry: {grown_dir}/{GROWTH_FILE} names no grown moments; rebuild it and continue "
+                              f"with `{hints.rebuild(Path(grown_dir) / GROWTH_FILE)}`")
+        return {**options, "moments": str(Path(grown_dir) / growth.provided["moments"])}
 
     @classmethod
     def identify(cls, settings):

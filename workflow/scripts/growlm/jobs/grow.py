@@ -1,13 +1,13 @@
 """Jobs of the growth stage: the members -> M'_1 with an operator or chain, and the two schedules
 that stand in the method list but reuse no small model (the V-cycle, the Apollo-style control).
 
-Every grow job writes the grown model and `growth.json`: the method, its options, the growth FLOPs
-and wall time, and the members it used with their training cost (what the comparison counts).
+Every grow job writes the grown model and its record `growth.json` (`growlm.growth_record.Growth`: the
+method, its options, the growth FLOPs and wall time, the members it used with their training cost -
+what the comparison counts), both through `finish`, the one place that writes a record.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.growth import grow as grow_models, save_grown
 from growlm.growth.moments import grow_moments, inherited_masks
+from growlm.growth_record import Growth
 from growlm.console import log
 from growlm.methods import OPERATORS, growth_names, members_used, method_chain, refine_names
 from growlm.model import build_model, load_model
@@ -78,6 +79,16 @@ def check_finite(model: torch.nn.Module, method: str, options: dict, data_file=N
                           f"init_std that is too large overflows)")
 
 
+def finish(grown: torch.nn.Module, growth: Growth, out_dir, *, tokenizer_dir=None, provide=None) -> None:
+    """The end of every grow job: the grown model's folder, then what `provide(out_dir)` writes there for
+    the refiners (it returns the entries that name those files), then the record, last (it is the
+    job's declared output: a job killed before it leaves no record, and Snakemake runs it again)."""
+    save_grown(grown, out_dir, tokenizer_dir=tokenizer_dir)
+    if provide is not None:
+        growth.provided = provide(Path(out_dir))
+    growth.write(out_dir)
+
+
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
          data_file=None, learned_batches: dict | None = None, plugins=None) -> None:
     """Combine the trained members into M'_1 with a growth operator; record its cost. With `carry` in the
@@ -99,7 +110,6 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     wall = time.perf_counter() - t0
     check_finite(grown, method, options, data_file)
     flops = int(getattr(grown, "growlm_growth_flops", 0))
-    save_grown(grown, out_dir, tokenizer_dir=tokenizer_of(data_file))
     member_cost = []
     trunks = {}
     for d in dict.fromkeys(str(d) for d in used):  # m_1 fed n times (control) costs once
@@ -113,28 +123,30 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once
         member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"] - t.get("compile_s", 0.0),
                             "role": "trunk"})
-    carried = {}
-    if carry:
-        loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in used]
-        moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
-                               seed=seed, **options)
-        step = max(s for _, s in loaded)
-        save_grown_moments(Path(out_dir) / GROWN_MOMENTS_FILE, moments, step)
-        carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
-        log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
-    if "freeze" in refine_names(full_chain):
-        masks = inherited_masks(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
-                                seed=seed, **options)
-        save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()},
-                  str(Path(out_dir) / INHERITED_FILE))
-        carried["inherited"] = INHERITED_FILE
-        share = sum(int(v.sum()) for v in masks.values()) / max(1, sum(v.numel() for v in masks.values()))
-        log(f"marked the inherited entries for freeze: {share:.1%} of the grown model's weights")
+
+    def provide(out_dir: Path) -> dict:
+        carried = {}
+        if carry:
+            loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in used]
+            moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
+                                   seed=seed, **options)
+            step = max(s for _, s in loaded)
+            save_grown_moments(out_dir / GROWN_MOMENTS_FILE, moments, step)
+            carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
+            log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
+        if "freeze" in refine_names(full_chain):
+            masks = inherited_masks(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
+                                    seed=seed, **options)
+            save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(out_dir / INHERITED_FILE))
+            carried["inherited"] = INHERITED_FILE
+            share = sum(int(v.sum()) for v in masks.values()) / max(1, sum(v.numel() for v in masks.values()))
+            log(f"marked the inherited entries for freeze: {share:.1%} of the grown model's weights")
+        return carried
+
     shown = {k: v for k, v in options.items() if k != "batches"}
-    (Path(out_dir) / "growth.json").write_text(json.dumps(
-        {"method": method, "chain": full_chain, "options": shown, "growth_flops": flops, "growth_wall_s": wall,
-         "members": member_cost, **carried, **({"plugins": [str(p) for p in plugins]} if plugins else {})},
-        indent=2))
+    finish(grown, Growth(method=method, chain=full_chain, options=shown, growth_flops=flops, growth_wall_s=wall,
+                         members=member_cost, plugins=[str(p) for p in plugins or []]),
+           out_dir, tokenizer_dir=tokenizer_of(data_file), provide=provide)
     log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 
@@ -187,10 +199,8 @@ def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val
             f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
     grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,
                         embeddings=embeddings)
-    save_grown(grown, out_dir, tokenizer_dir=tokenizer_dir)
-    (out_dir / "growth.json").write_text(json.dumps(
-        {"method": "vcycle", "chain": ["vcycle"], "options": vcycle, "growth_flops": flops,
-         "growth_wall_s": wall, "stages": stages, "members": []}, indent=2))
+    finish(grown, Growth(method="vcycle", chain=["vcycle"], options=vcycle, growth_flops=flops, growth_wall_s=wall,
+                         stages=stages), out_dir, tokenizer_dir=tokenizer_dir)
     log(f"V-cycle: {levels} levels by {k} ({pairing} pairing), {len(stages)} stages, {flops:.3g} FLOPs; "
         f"interpolated with alpha {vcycle['alpha']}")
 
@@ -208,8 +218,6 @@ def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_d
                                      weight_decay=weight_decay, grad_clip=grad_clip,
                                      stages=apollo.get("stages", "authors"), log=log)
     out_dir = Path(out_dir)
-    save_grown(grown, out_dir, tokenizer_dir=tokenizer_dir)
-    (out_dir / "growth.json").write_text(json.dumps(
-        {"method": "apollo", "chain": ["apollo"], "options": apollo, "growth_flops": summary["flops"],
-         "growth_wall_s": summary["wall_s"], "members": [], "stages": summary["stages"]}, indent=2))
+    finish(grown, Growth(method="apollo", chain=["apollo"], options=apollo, growth_flops=summary["flops"],
+                         growth_wall_s=summary["wall_s"], stages=summary["stages"]), out_dir, tokenizer_dir=tokenizer_dir)
     log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")

@@ -19,9 +19,10 @@ from growlm import hints, live
 from growlm.compare import growth_cost
 from growlm.console import log
 from growlm.devices import choose_device
-from growlm.errors import GrowlmError, read_json
+from growlm.errors import GrowlmError
 from growlm.families import family_of
 from growlm.growth import load_grown, load_plugins
+from growlm.growth_record import Growth
 from growlm.hub import hub_file, unreachable
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
@@ -52,7 +53,7 @@ def live_curves(settings: dict | None, *, grown_dir=None):
     `grown_dir`), where the report's curves of M_1 start."""
     offset = 0.0
     if settings and settings.get("to") and grown_dir is not None:
-        cost = growth_cost(read_json(Path(grown_dir) / "growth.json"))
+        cost = growth_cost(Growth.read(grown_dir))
         offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
     return live.session(settings, offset_flops=offset)
 
@@ -211,7 +212,7 @@ def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
     return model
 
 
-def refiner_settings(refine_with: dict | None, growth: dict, grown_dir, steps: int) -> dict:
+def refiner_settings(refine_with: dict | None, growth: Growth, grown_dir, steps: int) -> dict:
     """`TrainConfig.refiners` for the refinement operators of the method (`growlm.experiment.
     refine_operators`: {name: options}): each refiner's own `settings` (growlm.refiners) - its options,
     its step counts held within the refinement's `steps`, and the files the grow job left for it."""
@@ -228,8 +229,8 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     this refinement. `gpus`, `gpu_share`, `compile`, `sync_every`: how it runs, as for `train_model`; with several
     GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
-    growth = read_json(Path(grown_dir) / "growth.json")
-    plugins = growth.get("plugins", [])  # the plugin files of the method's operators (grow.plugins)
+    growth = Growth.read(grown_dir)
+    plugins = growth.plugins  # the plugin files of the method's operators (grow.plugins)
     load_plugins(plugins)  # a plugin's refinement operators register
     cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
     if ramps and hasattr(model, "set_ramps"):
@@ -240,7 +241,7 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
         model.set_ramps(**ramps)
         log(f"mask ramps: {ramps} (refinement steps)")
     cfg.refiners = refiner_settings(refine_with, growth, grown_dir, cfg.steps) or None
-    info = {"role": "refined", "growth": growth, "ramps": ramps or {}, "data_seed": cfg.seed,
+    info = {"role": "refined", "growth": growth.to_dict(), "ramps": ramps or {}, "data_seed": cfg.seed,
             "refiners": cfg.refiners or {}}
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
