@@ -217,6 +217,31 @@ def test_members_of_different_families_are_refused():
 
 
 def test_families_are_registered_with_their_traits():
-    from growlm.shape import FAMILY_TRAITS
+    from growlm.family_specs import FAMILY_SPECS
 
-    assert set(FAMILY) == set(FAMILY_TRAITS) == {"gpt2", "llama"}
+    assert set(FAMILY) == set(FAMILY_SPECS) == {"gpt2", "llama"}
+    for name, fam in FAMILY.items():
+        assert fam.spec is FAMILY_SPECS[name] and fam.name == name
+        assert fam.model_class.__name__ == fam.spec.architecture
+    assert FAMILY_SPECS["gpt2"].traits == {"norm": "layernorm", "gated": False, "positions": "learned", "biases": True}
+    assert FAMILY_SPECS["llama"].traits == {"norm": "rmsnorm", "gated": True, "positions": "rotary", "biases": False}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_config_is_read_and_written_by_its_description(family):
+    """The description reads a model's config object and its config.json alike into the shape the model
+    has, and writes the keys that make that shape again; its parameter count is the model's."""
+    import json
+
+    from growlm.model import n_params
+    from growlm.shape import ModelShape
+
+    extra = {"heads_per_kv": 2, "mlp_ratio": 3, "attention_bias": True} if family == "llama" else {}
+    for tied in (True, False):
+        m = build_model(seed=1, family=family, n_embd=32, n_layer=2, vocab_size=V, n_positions=T, head_dim=8,
+                        tie_word_embeddings=tied, **extra)
+        spec = FAMILY[family].spec
+        s = ModelShape.of(m)
+        assert ModelShape(**spec.read(json.loads(m.config.to_json_string()))) == s
+        assert {k: getattr(m.config, k) for k in spec.write(s)} == spec.write(s)
+        assert s.n_params == n_params(m)

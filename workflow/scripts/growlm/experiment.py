@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from growlm.family_specs import DEFAULT_FAMILY, family_spec
 from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, method_chain, refine_names
 from growlm.recipes import grow_recipe, refine_recipe
 from growlm.outputs import DEFAULT, results_dir
@@ -99,9 +100,6 @@ def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = 
     return train_config(config, stage, seed=seed, tokens=tokens, lr=lr).run_settings()
 
 
-FAMILY_DEFAULTS = {"llama": {"heads_per_kv": 2, "mlp_ratio": 3, "attention_bias": False}}
-
-
 def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr: float) -> dict:
     """The refinement's training settings for `method`: the large arms' (`train_settings(..., "refine")`)
     with the method's own recipe on top, where its authors prescribe one (growlm.recipes)."""
@@ -116,10 +114,10 @@ def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
     m = config["model"]
     out = dict(n_embd=int(n_embd), n_layer=int(n_layer), n_positions=m["context"], head_dim=m["head_dim"],
                tie_word_embeddings=m["tie_embeddings"])
-    family = m.get("family", "gpt2")
-    if family != "gpt2":
+    family = m.get("family", DEFAULT_FAMILY)
+    if family != DEFAULT_FAMILY:  # the default family's settings stay what they were before there were families
         out["family"] = family
-        for key, default in FAMILY_DEFAULTS[family].items():
+        for key, default in family_spec(family).settings.items():
             out[key] = m.get(key) if m.get(key) is not None else default
     if config["members"].get("pretrained"):  # built like the members: their config, resized
         out["like"] = pretrained_dir(config, 1)

@@ -1,6 +1,7 @@
 """Model families: how each builds its models, and its weights in the one form the growth algebra uses.
 
-growlm grows two families of decoder (`growlm.shape.FAMILY_TRAITS`):
+growlm grows two families of decoder, each described once torch-free (`growlm.family_specs`: config
+keys, traits, settings, parameter and activation counts) and built by one class here (`FAMILY`):
 
 * `gpt2` (`GPT2LMHeadModel`): LayerNorm with bias, learned positions, a GELU MLP, biases everywhere,
   one fused `c_attn` for q, k, v; matrices in `Conv1D` orientation (in, out).
@@ -40,8 +41,9 @@ The masked forward of a grown model (`growlm.growth.masked`) asks the family for
 block (`attention`, `mlp`, `embed`, `logits`), computed from the live modules, so that masks and
 grouped norms are written once for both families.
 
-Adding a family (e.g. GPT-NeoX/Pythia) means one subclass of `Family` with these methods and its
-traits in `growlm.shape.FAMILY_TRAITS`, and the exactness tests for it (tests/test_families.py).
+Adding a family (e.g. GPT-NeoX/Pythia) means its `FamilySpec` (growlm.family_specs.register), one
+subclass of `Family` with these methods and `spec` set to it (in `FAMILY` under the same name), and the
+exactness tests for it (tests/test_third_family.py registers one inside the test alone).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from growlm.errors import GrowlmError
+from growlm.family_specs import GPT2, LLAMA, FamilySpec, grown_model_types
 from growlm.shape import ModelShape
 
 BLOCK_KEYS = ("ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b",
@@ -64,11 +67,16 @@ def _detach(t):
 
 
 class Family:
-    """How one family's models are built, unpacked into the weight form and packed back."""
+    """How one family's models are built, unpacked into the weight form and packed back. What needs no
+    torch (config keys, traits, counts) is its `spec`; the class adds the model class and its names."""
 
-    name: str
+    spec: FamilySpec
     model_class: type
     config_class: type
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     # -- configs ----------------------------------------------------------------------------------
     def config(self, shape: ModelShape, *, like: PretrainedConfig | None = None) -> PretrainedConfig:
@@ -94,10 +102,14 @@ class Family:
         return out
 
     def eps(self, config) -> float:
-        raise NotImplementedError
+        return float(getattr(config, self.spec.keys["eps"]))
 
     def set_eps(self, config, eps: float) -> None:
-        raise NotImplementedError
+        setattr(config, self.spec.keys["eps"], float(eps))
+
+    def activation(self, config) -> str:
+        """The MLP's activation function as the config names it."""
+        return getattr(config, self.spec.keys["activation"])
 
     def init_std(self, config) -> float:
         return float(config.initializer_range)
@@ -116,7 +128,9 @@ class Family:
     def unpack(self, model) -> dict:
         raise NotImplementedError
 
-    def state_dict(self, W: dict) -> dict[str, torch.Tensor]:
+    def state_dict(self, W: dict, config: PretrainedConfig | None = None) -> dict[str, torch.Tensor]:
+        """The family's parameter names for weights `W` of a model with `config` (which a family whose
+        names or layout depend on its sizes reads: a fused projection interleaved per head)."""
         raise NotImplementedError
 
     def pack(self, W: dict, config: PretrainedConfig) -> torch.nn.Module:
@@ -126,7 +140,7 @@ class Family:
         if W["head"] is not None and config.tie_word_embeddings:
             config = config.__class__(**{**config.to_dict(), "tie_word_embeddings": False})
             config._attn_implementation = "sdpa"
-        return load_into(self.empty(config), self.state_dict(W))
+        return load_into(self.empty(config), self.state_dict(W, config))
 
     # -- the pieces of a forward pass, for the masked forward -------------------------------------
     def blocks(self, model) -> list:
@@ -197,7 +211,7 @@ def materialise_buffers(model) -> None:
 # ----------------------------------------------------------------------------------------------
 
 class GPT2Family(Family):
-    name = "gpt2"
+    spec = GPT2
     model_class = GPT2LMHeadModel
     config_class = GPT2Config
 
@@ -208,17 +222,10 @@ class GPT2Family(Family):
         if like is None:
             base = dict(activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         bos_token_id=0, eos_token_id=0, use_cache=False)
-        base.update(vocab_size=shape.V, n_positions=shape.T, n_embd=shape.d, n_layer=shape.L, n_head=shape.h,
-                    n_inner=shape.n_inner, tie_word_embeddings=shape.tied)
+        base.update(self.spec.write(shape))
         config = GPT2Config(**base)
         config._attn_implementation = "sdpa"
         return config
-
-    def eps(self, config) -> float:
-        return float(config.layer_norm_epsilon)
-
-    def set_eps(self, config, eps: float) -> None:
-        config.layer_norm_epsilon = float(eps)
 
     def unpack(self, model) -> dict:
         t = model.transformer
@@ -241,7 +248,7 @@ class GPT2Family(Family):
                 "lnf_w": t.ln_f.weight.detach(), "lnf_b": t.ln_f.bias.detach(),
                 "head": None if tied else model.lm_head.weight.detach(), "blocks": blocks}
 
-    def state_dict(self, W: dict) -> dict[str, torch.Tensor]:
+    def state_dict(self, W: dict, config=None) -> dict[str, torch.Tensor]:
         sd = {"transformer.wte.weight": W["wte"], "transformer.wpe.weight": W["wpe"],
               "transformer.ln_f.weight": W["lnf_w"], "transformer.ln_f.bias": W["lnf_b"]}
         for i, b in enumerate(W["blocks"]):
@@ -313,7 +320,7 @@ class GPT2Family(Family):
 # ----------------------------------------------------------------------------------------------
 
 class LlamaFamily(Family):
-    name = "llama"
+    spec = LLAMA
     model_class = LlamaForCausalLM
     config_class = LlamaConfig
     ROPE_THETA = 10000.0
@@ -327,19 +334,10 @@ class LlamaFamily(Family):
             base = dict(hidden_act="silu", rms_norm_eps=self.EPS, mlp_bias=False, attention_dropout=0.0,
                         rope_parameters={"rope_type": "default", "rope_theta": self.ROPE_THETA}, initializer_range=0.02,
                         bos_token_id=0, eos_token_id=0, pad_token_id=None, use_cache=False)
-        base.update(vocab_size=shape.V, hidden_size=shape.d, num_hidden_layers=shape.L, num_attention_heads=shape.h,
-                    num_key_value_heads=shape.g, head_dim=shape.dh, intermediate_size=shape.f,
-                    max_position_embeddings=shape.T, tie_word_embeddings=shape.tied,
-                    attention_bias=shape.attention_bias)
+        base.update(self.spec.write(shape))
         config = LlamaConfig(**base)
         config._attn_implementation = "sdpa"
         return config
-
-    def eps(self, config) -> float:
-        return float(config.rms_norm_eps)
-
-    def set_eps(self, config, eps: float) -> None:
-        config.rms_norm_eps = float(eps)
 
     def unpack(self, model) -> dict:
         m = model.model
@@ -365,7 +363,7 @@ class LlamaFamily(Family):
         return {"wte": m.embed_tokens.weight.detach(), "wpe": None, "lnf_w": m.norm.weight.detach(), "lnf_b": None,
                 "head": None if tied else model.lm_head.weight.detach(), "blocks": blocks}
 
-    def state_dict(self, W: dict) -> dict[str, torch.Tensor]:
+    def state_dict(self, W: dict, config=None) -> dict[str, torch.Tensor]:
         sd = {"model.embed_tokens.weight": W["wte"], "model.norm.weight": W["lnf_w"]}
         names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
                  "gate": "mlp.gate_proj", "fc": "mlp.up_proj", "pr": "mlp.down_proj"}
@@ -437,7 +435,7 @@ class LlamaFamily(Family):
         return F.linear(u, weight(p.down_proj, "pr"), p.down_proj.bias)
 
 
-FAMILY = {"gpt2": GPT2Family(), "llama": LlamaFamily()}
+FAMILY = {family.name: family for family in (GPT2Family(), LlamaFamily())}  # growlm.family_specs.FAMILY_SPECS' names
 
 
 def family_of(obj) -> Family:
@@ -447,10 +445,11 @@ def family_of(obj) -> Family:
     obj = getattr(obj, "module", obj)
     obj = getattr(obj, "inner", obj)
     config = getattr(obj, "config", obj)
-    name = getattr(config, "model_type", None)
-    if name not in FAMILY:
-        raise GrowlmError(f"a {name!r} model: growlm grows {' and '.join(FAMILY)} models")
-    return FAMILY[name]
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILY.values():
+        if family.spec.model_type == model_type:
+            return family
+    raise GrowlmError(f"a {model_type!r} model: growlm grows {grown_model_types()} models")
 
 
 def shape_of(obj) -> ModelShape:

@@ -15,90 +15,63 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config
 from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, record_sha256
 from growlm.families import build, family_of
+from growlm.family_specs import DEFAULT_FAMILY
 from growlm.shape import ModelShape
 from growlm.tokenizer import copy_tokenizer
 
 
-def gpt2_config(
-    *,
-    n_embd: int,
-    n_layer: int,
-    vocab_size: int,
-    n_positions: int,
-    n_head: int | None = None,
-    head_dim: int = 16,
-    tie_word_embeddings: bool = True,
-    activation_function: str = "gelu",
-    dropout: float = 0.0,
-    bos_token_id: int = 0,
-    eos_token_id: int = 0,
-) -> GPT2Config:
-    """A GPT2Config for width `n_embd`, depth `n_layer`; heads = n_embd / head_dim unless given."""
+def gpt2_config(*, n_embd: int, n_layer: int, vocab_size: int, n_positions: int, n_head: int | None = None,
+                head_dim: int = 16, tie_word_embeddings: bool = True) -> GPT2Config:
+    """A GPT2Config for width `n_embd`, depth `n_layer`; heads = n_embd / head_dim unless given. The GPT-2
+    family's own config (`growlm.families.GPT2Family.config`: gelu, no dropout, SDPA), by its sizes."""
     if n_head is None:
         if n_embd % head_dim:
             raise GrowlmError(f"width {n_embd} is not a multiple of the head size {head_dim}")
         n_head = n_embd // head_dim
     if n_embd % n_head:
         raise GrowlmError(f"width {n_embd} is not divisible by n_head={n_head}")
-    config = GPT2Config(
-        vocab_size=vocab_size,
-        n_positions=n_positions,
-        n_embd=n_embd,
-        n_layer=n_layer,
-        n_head=n_head,
-        activation_function=activation_function,
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        tie_word_embeddings=tie_word_embeddings,
-        bos_token_id=bos_token_id,
-        eos_token_id=eos_token_id,
-        use_cache=False,
-    )
-    config._attn_implementation = "sdpa"
-    return config
+    return gpt2_config_of(ModelShape(n_embd=n_embd, n_layer=n_layer, n_head=n_head, vocab_size=vocab_size,
+                                     n_positions=n_positions, tie_word_embeddings=tie_word_embeddings))
 
 
 def gpt2_config_of(shape: ModelShape) -> GPT2Config:
-    """The GPT2Config of a `ModelShape` (growlm's other defaults: gelu, no dropout, SDPA)."""
-    return gpt2_config(n_embd=shape.n_embd, n_layer=shape.n_layer, vocab_size=shape.vocab_size,
-                       n_positions=shape.n_positions, n_head=shape.n_head,
-                       tie_word_embeddings=shape.tie_word_embeddings)
+    """The GPT2Config of a GPT-2 `ModelShape` (growlm's other defaults: gelu, no dropout, SDPA)."""
+    return family_of(shape).config(shape)
 
 
-def build_model(seed: int = 0, *, family: str = "gpt2", like: str | Path | None = None, **config_kwargs):
+def build_model(seed: int = 0, *, family: str = DEFAULT_FAMILY, like: str | Path | None = None, **config_kwargs):
     """A freshly initialised model; the same seed gives the same weights. `config_kwargs` are
     `growlm.experiment.model_settings` (width, depth, head size, ...) and the vocabulary size.
     `like`: a model folder (a pretrained member) whose config, resized, the new model takes
-    (its family, activation, norm epsilon, rotary base...)."""
+    (its family, activation, norm epsilon, rotary base...). Every family builds its models the same way:
+    its config (`growlm.families.Family.config`, growlm's defaults), initialised under `seed`."""
     if like is not None:
         template = AutoConfig.from_pretrained(like)
         shape = ModelShape.of(template)
         s = ModelShape.of({**config_kwargs, "family": shape.family})
         config = family_of(template).resized(template, n_embd=s.d, n_layer=s.L, n_head=s.d // shape.dh)
         return family_of(config).build(config, seed)
-    if family == "gpt2":  # growlm's GPT-2 (gpt2_config), exactly as it has always been built
-        config = gpt2_config(**{k: v for k, v in config_kwargs.items() if k not in ("heads_per_kv", "mlp_ratio")})
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return GPT2LMHeadModel(config)
+    head_dim = config_kwargs.get("head_dim")
+    if head_dim and config_kwargs.get("n_head") is None and config_kwargs["n_embd"] % head_dim:
+        raise GrowlmError(f"width {config_kwargs['n_embd']} is not a multiple of the head size {head_dim}")
     return build(ModelShape.of({**config_kwargs, "family": family}), seed)
 
 
 def n_params(model: torch.nn.Module, *, non_embedding: bool = False) -> int:
-    """Distinct parameters (a tied head counts once); optionally without embeddings."""
+    """Distinct parameters (a tied head counts once); optionally without embeddings (the weights of its
+    `nn.Embedding` modules: token and learned position tables, whatever the family calls them)."""
     seen = {}
     for name, p in model.named_parameters():
         seen[id(p)] = (name, p.numel())
     total = sum(n for _, n in seen.values())
     if non_embedding:
-        total -= sum(n for name, n in seen.values() if name.endswith(("wte.weight", "wpe.weight",
-                                                                       "embed_tokens.weight")))
+        tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        total -= sum(n for key, (_, n) in seen.items() if key in tables)
     return total
 
 

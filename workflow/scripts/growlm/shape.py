@@ -3,7 +3,9 @@
 `ModelShape` holds what a model's config says about size (width, depth, heads and key/value heads,
 MLP width, vocabulary, positions, tied head) and its family (`gpt2`: LayerNorm with bias, learned
 positions, a GELU MLP, one key/value head per query head; `llama`: RMSNorm without bias, rotary
-positions, a gated SiLU MLP, grouped-query attention), and nothing else. It is torch-free, so the
+positions, a gated SiLU MLP, grouped-query attention), and nothing else. What a family is (its traits,
+its config keys, its parameter count) is its description in `growlm.family_specs` (`ModelShape.spec`),
+so this module tests no family by name. It is torch-free, so the
 workflow can check an experiment's growth chains while it parses the Snakefile, and the memory
 planner and the FLOPs formula can size a model that does not exist yet. Field names are GPT-2's
 (Hugging Face maps them to `hidden_size`, `num_hidden_layers`, ... for every family); the short
@@ -16,14 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from growlm.errors import GrowlmError
+from growlm.family_specs import DEFAULT_FAMILY, FAMILY_SPECS, family_spec, grown_model_types, spec_for_model_type
 
 
-FAMILIES = ("gpt2", "llama")
-# what distinguishes the families, for code that needs no torch (the rest is in growlm.families)
-FAMILY_TRAITS = {
-    "gpt2": {"norm": "layernorm", "gated": False, "positions": "learned", "biases": True},
-    "llama": {"norm": "rmsnorm", "gated": True, "positions": "rotary", "biases": False},
-}
+# the families growlm ships (the default of an operator's `families`); each is described once, torch-free, by its
+# growlm.family_specs.FamilySpec (ModelShape.spec), and built by its class in growlm.families
+FAMILIES = tuple(FAMILY_SPECS)
 
 
 def mlp_units(n_embd: int, ratio: float) -> int:
@@ -44,20 +44,19 @@ class ModelShape:
     n_positions: int = 1024  # T: learned position embeddings (gpt2), the longest context (llama)
     n_inner: int | None = None  # MLP width f; None = 4 d (GPT-2's default)
     tie_word_embeddings: bool = True  # LM head = token embedding
-    family: str = "gpt2"  # gpt2 | llama
+    family: str = DEFAULT_FAMILY  # a name of growlm.family_specs.FAMILY_SPECS
     n_kv_head: int | None = None  # key/value heads g (grouped-query attention); None = n_head
     attention_bias: bool = False  # llama: biases on q, k, v and o (the Qwen2-style variant)
 
     def __post_init__(self):
-        if self.family not in FAMILIES:
-            raise GrowlmError(f"model family {self.family!r}: growlm grows {' and '.join(FAMILIES)}")
+        spec = family_spec(self.family)
         if self.n_head <= 0 or self.n_embd % self.n_head:
             raise GrowlmError(f"width {self.n_embd} is not divisible into {self.n_head} heads")
         if self.g <= 0 or self.n_head % self.g:
             raise GrowlmError(f"{self.n_head} query heads cannot share {self.g} key/value heads evenly "
                               f"(the query heads per key/value head must be a whole number)")
-        if self.family == "gpt2" and self.g != self.n_head:
-            raise GrowlmError("gpt2 has one key/value head per query head (no grouped-query attention)")
+        if not spec.grouped_query and self.g != self.n_head:
+            raise GrowlmError(f"{self.family} has one key/value head per query head (no grouped-query attention)")
 
     # -- constructors ---------------------------------------------------------------------------
     @classmethod
@@ -80,23 +79,11 @@ class ModelShape:
             return cls(**{k: v for k, v in d.items() if k in known and v is not None})
         obj = getattr(obj, "module", obj)  # DDP wrapper
         config = getattr(obj, "config", obj)
-        family = getattr(config, "model_type", "gpt2")
-        if family == "llama":
-            d, h = config.hidden_size, config.num_attention_heads
-            head_dim = getattr(config, "head_dim", None) or d // h
-            if head_dim * h != d:
-                raise GrowlmError(f"a llama model whose heads ({h} of {head_dim}) do not add up to its width {d}: "
-                                  f"growlm grows models with head_dim x heads = width")
-            return cls(n_embd=d, n_layer=config.num_hidden_layers, n_head=h, vocab_size=config.vocab_size,
-                       n_positions=config.max_position_embeddings, n_inner=config.intermediate_size,
-                       tie_word_embeddings=bool(config.tie_word_embeddings), family="llama",
-                       n_kv_head=config.num_key_value_heads, attention_bias=bool(config.attention_bias))
-        if family != "gpt2":
-            raise GrowlmError(f"a {family!r} model: growlm grows {' and '.join(FAMILIES)} models")
-        return cls(n_embd=config.n_embd, n_layer=config.n_layer, n_head=config.n_head,
-                   vocab_size=config.vocab_size, n_positions=config.n_positions,
-                   n_inner=getattr(config, "n_inner", None),
-                   tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", True)))
+        model_type = getattr(config, "model_type", DEFAULT_FAMILY)
+        spec = spec_for_model_type(model_type)
+        if spec is None:
+            raise GrowlmError(f"a {model_type!r} model: growlm grows {grown_model_types()} models")
+        return cls(**spec.read(config, f"a {spec.name} model"))
 
     def resized(self, *, n_embd: int, n_layer: int, n_head: int) -> "ModelShape":
         """The shape grown to a new width, depth and head count: a set MLP width scales with d, and the
@@ -140,8 +127,13 @@ class ModelShape:
         return self.n_inner or 4 * self.n_embd
 
     @property
+    def spec(self):
+        """The family's description (growlm.family_specs.FamilySpec)."""
+        return FAMILY_SPECS[self.family]
+
+    @property
     def traits(self) -> dict:
-        return FAMILY_TRAITS[self.family]
+        return self.spec.traits
 
     @property
     def gated(self) -> bool:
@@ -180,20 +172,13 @@ class ModelShape:
 
     @property
     def block_params(self) -> int:
-        d, f = self.d, self.f
-        if self.family == "gpt2":
-            return 4 * d * d + 2 * d * f + 9 * d + f  # ln_1, c_attn, c_proj, ln_2, c_fc, mlp c_proj
-        bias = d + 2 * self.g * self.dh + d if self.attention_bias else 0  # q, k, v, o
-        return self.attention_params + self.mlp_params + 2 * d + bias  # two RMSNorm weights
+        """Parameters of one block (the family's count: growlm.family_specs.FamilySpec.block_params)."""
+        return self.spec.block_params(self)
 
     @property
     def root_params(self) -> int:
         """Embeddings, the final norm and an untied head: what is not in a block."""
-        d = self.d
-        head = 0 if self.tied else self.V * d
-        if self.family == "gpt2":
-            return self.V * d + self.T * d + 2 * d + head
-        return self.V * d + d + head
+        return self.spec.root_params(self)
 
     @property
     def n_params(self) -> int:

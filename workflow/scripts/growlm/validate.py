@@ -38,8 +38,9 @@ import numpy as np
 import yaml
 
 from growlm.errors import GrowlmError, package_env
-from growlm.experiment import (FAMILY_DEFAULTS, arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
+from growlm.experiment import (arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
                                plugin_files, refine_steps, trunk_tokens)
+from growlm.family_specs import DEFAULT_FAMILY, FAMILY_SPECS, family_spec
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
 from growlm.live import tracker_problems
@@ -242,16 +243,19 @@ def _head_problems(config: dict, sweep: dict) -> list[str]:
     m = config["model"]
     head_dim = m["head_dim"]
     out = []
-    family = m.get("family", "gpt2")
-    if family == "gpt2":
-        for key in ("heads_per_kv", "mlp_ratio", "attention_bias"):
-            if m.get(key) is not None:
-                out.append(f"model.{key} = {m[key]!r}: a setting of the llama family; gpt2 has one key/value head per "
-                           f"query head, a 4 d MLP and biases (set model.family: llama, or drop it)")
-        r, ratio = 1, None
-    else:
-        r = m.get("heads_per_kv") or FAMILY_DEFAULTS[family]["heads_per_kv"]
-        ratio = m.get("mlp_ratio") or FAMILY_DEFAULTS[family]["mlp_ratio"]
+    spec = family_spec(m.get("family", DEFAULT_FAMILY))
+    owners = {}  # the settings of other families that this one does not take: the first family that does
+    for other in FAMILY_SPECS.values():
+        for key in other.settings:
+            if key not in spec.settings:
+                owners.setdefault(key, other.name)
+    for key, owner in owners.items():
+        if m.get(key) is not None:
+            out.append(f"model.{key} = {m[key]!r}: a setting of the {owner} family; {spec.name} has "
+                       f"{spec.lacks or 'no such setting'} (set model.family: {owner}, or drop it)")
+    own = {key: m.get(key) for key in spec.settings}
+    r = own.get("heads_per_kv") or spec.settings.get("heads_per_kv", 1)
+    ratio = own.get("mlp_ratio") or spec.settings.get("mlp_ratio")
     for key in ("d0", "d1"):
         for d in sweep[key]:
             if d % head_dim:
@@ -314,7 +318,7 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
         chain = method_chain(m)
         if chain[0] in SCHEDULES:
             continue
-        family = config["model"].get("family", "gpt2")
+        family = config["model"].get("family", DEFAULT_FAMILY)
         for name in chain:
             if name in OPERATORS and family not in OPERATORS[name].families:
                 out.append(f"methods: {method_id(m)}: {name} works on {', '.join(OPERATORS[name].families)} models, "
@@ -381,8 +385,8 @@ def _schedule_problems(config: dict, sweep: dict) -> list[str]:
         vc = config["vcycle"]
         k, levels = vc["factor"], vc["levels"]
         total = k ** (levels - 1)  # the coarsest level is total times narrower and shallower
-        r = config["model"].get("heads_per_kv") or (FAMILY_DEFAULTS.get(config["model"].get("family", "gpt2"), {})
-                                                   .get("heads_per_kv", 1))
+        r = config["model"].get("heads_per_kv") or (family_spec(config["model"].get("family", DEFAULT_FAMILY))
+                                                   .settings.get("heads_per_kv", 1))
         for d1, L1 in itertools.product(sweep["d1"], sweep["L1"]):
             if d1 % total or L1 % total or (d1 // total) % (head_dim * r):
                 out.append(f"vcycle: {levels} levels by factor {k} need d1 = {d1} and L1 = {L1} divisible by {total} "
@@ -686,12 +690,11 @@ def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
     sweep["d0"], sweep["L0"] = [s.d], [s.L]
     m = config["model"]
     m.update(family=s.family, head_dim=s.dh, tie_embeddings=s.tied)
-    if s.family == "llama":
-        m.update(heads_per_kv=s.r, mlp_ratio=s.f / s.d, attention_bias=s.attention_bias)
+    m.update(s.spec.shape_settings(s))  # the family's own settings (none for gpt2)
     for d1 in sweep["d1"]:
         if d1 % s.dh:
             rotary = " (a head-size change under rotary positions: their frequencies depend on it)" \
-                if s.family == "llama" else ""
+                if s.spec.positions == "rotary" else ""
             out.append(f"d1 = {d1}: not a multiple of the pretrained members' head size {s.dh}; growth keeps the "
                        f"head size{rotary}; use a multiple of {s.dh * s.r}")
     return out

@@ -93,7 +93,7 @@ def unpack(model) -> dict:
 
 def state_dict_of(W: dict, config) -> dict[str, torch.Tensor]:
     """The family's state-dict names for weights `W`."""
-    return family_of(config).state_dict(W)
+    return family_of(config).state_dict(W, config)
 
 
 def empty_model(config):
