@@ -14,9 +14,9 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from growlm.data import eval_batches
+from growlm.families import FAMILY
 
 
 class FusedHeadCrossEntropy(torch.autograd.Function):
@@ -66,9 +66,10 @@ def _cpu_fp32(x: torch.Tensor) -> bool:
 
 
 def fused_loss_applies(model: torch.nn.Module, x: torch.Tensor) -> bool:
-    """A plain GPT2LMHeadModel or LlamaForCausalLM (not DDP/FSDP/compiled/grown) in fp32 on the CPU,
-    no autocast. (A grown model during its ramps offers the same through `fused_loss_inputs`.)"""
-    return (type(model) in (GPT2LMHeadModel, LlamaForCausalLM) and _cpu_fp32(x)
+    """A plain model of a family growlm grows (`growlm.families.FAMILY`: GPT2LMHeadModel, LlamaForCausalLM;
+    not DDP/FSDP/compiled/grown) in fp32 on the CPU, no autocast. (A grown model during its ramps offers
+    the same through `fused_loss_inputs`.)"""
+    return (any(type(model) is family.model_class for family in FAMILY.values()) and _cpu_fp32(x)
             and model.lm_head.bias is None and model.lm_head.weight.dtype == torch.float32)
 
 

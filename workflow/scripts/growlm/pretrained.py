@@ -18,8 +18,10 @@ silently re-initialise what does not fit). A member stored in another dtype than
 float16) is legal: growlm trains in float32 and the import converts it, which the config check says in
 one warning line per member (`warn_before_jobs`) and the import job logs.
 
-Families whose blocks are Llama's and that differ from it only in configuration are read as Llama
-(`READ_AS_LLAMA`, `llama_config`): Qwen2 (biases on q, k and v) and Mistral without a sliding window
+What a family's config.json holds, and which tensors its config fixes, is the family's description
+(`growlm.family_specs`); nothing here tests a family's name. Families whose blocks are Llama's and that
+differ from it only in configuration are read as Llama (the llama description's `read_as` and
+`translate`: `READ_AS_LLAMA`, `llama_config`, re-exported here for the import job): Qwen2 (biases on q, k and v) and Mistral without a sliding window
 shorter than the context. The import job converts them into a `LlamaForCausalLM` with the same
 weights and checks on a few tokens that its logits are the member's, so everything downstream (the
 growth operators, M_0 built like the members) sees one family.
@@ -51,24 +53,10 @@ from growlm.errors import GrowlmError
 from growlm.flops import shape_flops, train_flops_per_token
 from growlm.hints import is_job_step
 from growlm.hub import hub_file
-from growlm.shape import FAMILIES, ModelShape
+from growlm.family_specs import (FAMILY_SPECS, READ_AS_LLAMA, grown_model_types, llama_config,  # noqa: F401 (the import job's)
+                                 spec_for_model_type)
+from growlm.shape import ModelShape
 
-# families whose blocks are Llama's, differing from it only in configuration: read as llama, exactly
-READ_AS_LLAMA = {
-    "qwen2": "biases on the q, k and v projections: Llama's attention_bias, with a zero bias on o",
-    "mistral": "a sliding attention window: Llama's full attention when the window spans model.context",
-}
-# what a Llama config takes from theirs (the rest is Llama's default, or set by llama_config)
-LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range",
-              "rms_norm_eps", "rope_parameters", "rope_theta", "rope_scaling", "attention_dropout",
-              "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
-# transformers' defaults for a key a config.json leaves out, where they differ from Llama's
-FAMILY_DEFAULTS = {
-    "qwen2": {"num_key_value_heads": 32, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6},
-    "mistral": {"num_key_value_heads": 8, "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
-                "bos_token_id": 1, "eos_token_id": 2},
-}
 TOKENIZER_FILES = "tokenizer.json, or tokenizer_config.json with vocab/merges files"
 SLOW_TOKENIZER_FILES = (("vocab.json", "merges.txt"), ("tokenizer.model",))  # what AutoTokenizer converts
 SAFETENSORS_FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -106,69 +94,20 @@ def member_file(spec: dict, name: str) -> Path | None:
     return hub_file(spec["where"], name, revision=spec.get("revision"), what="Hub member")
 
 
-def sliding_window(cfg: dict) -> int | None:
-    """The attention window of a member's sliding-window layers as transformers reads its config, or
-    None when every layer attends to the whole context. Mistral: `sliding_window` on every layer (4096
-    when the key is absent, MistralConfig's default; null: none). Qwen2: only with `use_sliding_window`,
-    on the layers its `layer_types` mark `sliding_attention` (without them: from `max_window_layers` on)."""
-    family = cfg.get("model_type")
-    if family == "mistral":
-        return cfg.get("sliding_window", 4096)
-    if family == "qwen2" and cfg.get("use_sliding_window") and cfg.get("sliding_window", 4096) is not None:
-        layers = cfg.get("layer_types") or ["sliding_attention" if i >= cfg.get("max_window_layers", 28) else
-                                            "full_attention" for i in range(cfg["num_hidden_layers"])]
-        return cfg.get("sliding_window", 4096) if "sliding_attention" in layers else None
-    return None
-
-
-def llama_config(cfg: dict, where: str, *, context: int | None) -> dict:
-    """The Llama config (LlamaConfig's keys) of a member whose family is read as Llama (READ_AS_LLAMA);
-    a Llama config as it is. Torch-free, for the config check, and the one translation the import job
-    builds its LlamaForCausalLM from (then checking that its logits are the member's).
-
-    Qwen2's attention has biases on q, k and v and none on o; Llama's `attention_bias` puts them on all
-    four, so the Llama form has a zero o bias, which adds nothing: the same function. Mistral is Llama
-    with a sliding window: a token attends to the `sliding_window` tokens up to itself, so a window of at
-    least `context` tokens (the longest sequence growlm trains and evaluates on) is full causal attention
-    and the same function; a shorter one is not, and the member is refused (GrowlmError). `context`
-    None: the translation only, unchecked (what an imported member's config already is)."""
-    family = cfg.get("model_type")
-    if family not in READ_AS_LLAMA:
-        return cfg
-    window = sliding_window(cfg)
-    if window is not None and context is not None and window < context:
-        raise GrowlmError(f"{where}: a {family!r} model with a sliding attention window of {window} tokens, shorter "
-                          f"than model.context = {context}; growlm's Llama models attend to the whole context, so "
-                          f"it would not be the same model: use model.context <= {window}, or a member without a "
-                          f"sliding window")
-    out = {**FAMILY_DEFAULTS.get(family, {}), **{k: cfg[k] for k in LLAMA_KEYS if cfg.get(k) is not None}}
-    out.update(model_type="llama", architectures=["LlamaForCausalLM"], attention_bias=family == "qwen2",
-               mlp_bias=False)
-    return out
-
-
 def shape_of_config(cfg: dict, where: str, *, context: int | None = None) -> ModelShape:
-    """The ModelShape of a config.json (torch-free); a family read as Llama (READ_AS_LLAMA) is a llama,
-    refused if its sliding window is shorter than `context` (model.context; None: not checked)."""
-    family = cfg.get("model_type")
-    if family in READ_AS_LLAMA:
-        cfg, family = llama_config(cfg, where, context=context), "llama"
-    if family not in FAMILIES:
-        raise GrowlmError(f"{where}: a {family!r} model; growlm grows {' and '.join(FAMILIES)} models (and reads "
-                          f"{' and '.join(READ_AS_LLAMA)} models as llama)")
-    if family == "gpt2":
-        return ModelShape(n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
-                          vocab_size=cfg["vocab_size"], n_positions=cfg.get("n_positions", 1024),
-                          n_inner=cfg.get("n_inner"), tie_word_embeddings=cfg.get("tie_word_embeddings", True))
-    d, h = cfg["hidden_size"], cfg["num_attention_heads"]
-    dh = cfg.get("head_dim") or d // h
-    if dh * h != d:
-        raise GrowlmError(f"{where}: {h} heads of {dh} do not make its width {d}; growlm grows models whose heads "
-                          f"fill the width")
-    return ModelShape(n_embd=d, n_layer=cfg["num_hidden_layers"], n_head=h, vocab_size=cfg["vocab_size"],
-                      n_positions=cfg.get("max_position_embeddings", 2048), n_inner=cfg["intermediate_size"],
-                      tie_word_embeddings=cfg.get("tie_word_embeddings", False), family="llama",
-                      n_kv_head=cfg.get("num_key_value_heads") or h, attention_bias=cfg.get("attention_bias", False))
+    """The ModelShape of a config.json (torch-free), read by its family's description
+    (`growlm.family_specs.FamilySpec.read`); a model type a family reads as its own (READ_AS_LLAMA: a
+    llama) is translated first (`translate`), and refused if its sliding window is shorter than `context`
+    (model.context; None: not checked)."""
+    model_type = cfg.get("model_type")
+    spec = spec_for_model_type(model_type, read_as=True)
+    if spec is None:
+        reads = [f"{' and '.join(s.read_as)} models as {s.name}" for s in FAMILY_SPECS.values() if s.read_as]
+        raise GrowlmError(f"{where}: a {model_type!r} model; growlm grows {grown_model_types()} models"
+                          + (f" (and reads {'; '.join(reads)})" if reads else ""))
+    if model_type in spec.read_as:
+        cfg = spec.translate(cfg, where, context=context)
+    return ModelShape(**spec.read(cfg, where))
 
 
 def read_member(item, number: int, *, context: int) -> dict:
@@ -285,19 +224,7 @@ def weight_problems(header: dict, shape: ModelShape) -> list[str]:
     tensors whose shapes the config fixes (the token embedding, an untied head, GPT-2's positions, the
     first block's query, key/value and MLP projections) and the number of blocks."""
     s = shape
-    if s.family == "gpt2":
-        want = [("wte.weight", (s.V, s.d), "vocab_size x n_embd"), ("wpe.weight", (s.T, s.d), "n_positions x n_embd"),
-                ("h.0.attn.c_attn.weight", (s.d, 3 * s.d), "n_embd x 3 n_embd"),
-                ("h.0.mlp.c_fc.weight", (s.d, s.f), "n_embd x n_inner")]
-        depth = "n_layer"
-    else:
-        want = [("embed_tokens.weight", (s.V, s.d), "vocab_size x hidden_size"),
-                ("lm_head.weight", (s.V, s.d), "vocab_size x hidden_size"),
-                ("layers.0.self_attn.q_proj.weight", (s.h * s.dh, s.d), "num_attention_heads x head_dim, hidden_size"),
-                ("layers.0.self_attn.k_proj.weight", (s.g * s.dh, s.d),
-                 "num_key_value_heads x head_dim, hidden_size"),
-                ("layers.0.mlp.up_proj.weight", (s.f, s.d), "intermediate_size x hidden_size")]
-        depth = "num_hidden_layers"
+    want, depth = s.spec.weights(s), s.spec.keys["n_layer"]  # what the family's config fixes
     out = []
     for suffix, expected, what in want:
         for name, t in header.items():
@@ -436,7 +363,7 @@ def problems(items: list, *, n_values: list[int], context: int) -> tuple[list[st
         if n > len(read):
             out.append(f"n = {n}: members.pretrained names {len(read)} member(s); use n <= {len(read)}")
     s = first["shape"]
-    if s.family == "gpt2" and context > s.T:
+    if s.learned_positions and context > s.T:  # a position table: no longer context than its rows
         out.append(f"model.context = {context}: longer than the members' {s.T} positions")
     return out, read
 

@@ -67,8 +67,8 @@ def member_shape(members) -> ModelShape:
             if getattr(s, k) != getattr(ref, k):
                 raise GrowlmError(f"members differ in {what}: member 1 has {getattr(ref, k)}, "
                                   f"member {i} has {getattr(s, k)}")
-        act = "activation_function" if ref.family == "gpt2" else "hidden_act"
-        for what, a, b in ((act, getattr(c0, act), getattr(m.config, act)),
+        fam = family_of(c0)
+        for what, a, b in ((fam.spec.keys["activation"], fam.activation(c0), fam.activation(m.config)),
                            ("norm epsilon", norm_eps(c0), norm_eps(m.config))):
             if a != b:
                 raise GrowlmError(f"members differ in {what}: {a} vs {b}")

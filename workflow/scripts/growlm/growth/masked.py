@@ -49,6 +49,7 @@ from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError
 from growlm.families import FAMILY, family_of
+from growlm.family_specs import DEFAULT_FAMILY
 from growlm.growth.algebra import empty_model, load_into, norm_eps, pack, ramp, target_config, unpack, with_blocks
 from growlm.shape import ModelShape
 
@@ -277,7 +278,7 @@ class GrownModel(nn.Module):
 
     @classmethod
     def restore(cls, meta: dict, tensors: dict[str, torch.Tensor]) -> "GrownModel":
-        fam = FAMILY[meta.get("family", "gpt2")]
+        fam = FAMILY[meta.get("family", DEFAULT_FAMILY)]  # files written before there were families: gpt2
         cd = {k: v for k, v in meta["config"].items() if k not in ("architectures", "transformers_version")}
         config = fam.config_class(**cd)
         config._attn_implementation = "sdpa"

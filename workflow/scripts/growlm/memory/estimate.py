@@ -57,7 +57,8 @@ stream and LayerNorm outputs stay fp32 under autocast because the weights are fp
                    is recomputed whole; recomputing blocks are 0, k, 2k, ...)
   peak           = static + activations(n) + workspace (64 MiB on CUDA, for cuBLAS/SDPA workspaces)
 
-  The Llama block (`llama_block_activations`, transformers' LlamaDecoderLayer with SDPA; grouped-
+  Each family's block has its own terms (`growlm.family_specs.FamilySpec.activations`: GPT-2's above,
+  `gpt2_activations`). The Llama block (`llama_activations`, transformers' LlamaDecoderLayer with SDPA; grouped-
   query attention runs inside SDPA, so the key/value heads are not repeated; g dh key/value channels):
       a_block = 2 (2 s_r d + 4)   (two RMSNorms, eager in fp32: input, normalised value, 1/rms)
               + s_a (2 d + 2 g dh)  (norm output kept by q/k/v; q, k after rotary and v kept by SDPA)
@@ -207,21 +208,6 @@ def n_recomputed(n_layer: int, every: int) -> int:
     return 0 if every <= 0 else math.ceil(n_layer / every)
 
 
-def llama_block_activations(s: ModelShape, s_a: int, s_r: int) -> tuple[int, int, int]:
-    """(saved bytes per token of one Llama block, its backward's transient, the final norm's saved
-    bytes): what transformers' LlamaDecoderLayer keeps with SDPA (grouped-query attention inside
-    SDPA, no repeated key/value heads) - see the module docstring."""
-    d, f, h, kv = s.d, s.f, s.h, s.g * s.dh
-    rms = 2 * s_r * d + 4  # RMSNorm (eager, in fp32): its input and the normalised value, and 1/rms
-    a_block = (2 * rms  # two norms
-               + s_a * (d + d + 2 * kv)  # norm output (kept by q/k/v), q and k after rotary, v (kept by SDPA)
-               + s_a * d + 4 * h  # SDPA output (kept by o_proj) and its logsumexp
-               + s_a * d  # second norm's output (kept by gate and up)
-               + 4 * s_a * f)  # gate out (kept by SiLU), SiLU out and up out (kept by the product), product
-    a_trans = 3 * s_a * f + s_r * d  # the gated MLP's gradients and the incoming gradient
-    return a_block, a_trans, rms
-
-
 def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "fp32",
                     recompute_every: int = 0, strategy: str = "single", n_devices: int = 1,
                     device_type: str = "cpu", fused_head: bool | None = None,
@@ -233,7 +219,7 @@ def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "
     gradients do not exist during the forward and grow while the activations are freed, and only
     the embeddings' and one block's gradients count at the peak."""
     s = ModelShape.of(model)
-    d, h, f, V, L = s.n_embd, s.n_head, s.f, s.vocab_size, s.n_layer
+    d, V, L = s.n_embd, s.vocab_size, s.n_layer
     P = s.n_params
     s_a = 2 if precision.startswith("bf16") else 4
     s_r = 4
@@ -250,12 +236,7 @@ def estimate_memory(model, *, micro_batch: int, context: int, precision: str = "
         gathered = 2 * 4 * s.root_params + 3 * 4 * s.block_params
     else:
         raise GrowlmError(f"unknown strategy {strategy!r}; one of {STRATEGIES}")
-    if s.family == "llama":
-        a_block, a_trans, a_final = llama_block_activations(s, s_a, s_r)
-    else:
-        a_block = (2 * s_r + 6 * s_a) * d + 2 * s_a * f + 4 * h + 16
-        a_trans = 2 * s_a * f + s_r * d  # MLP gradients and the incoming gradient, in a block's backward
-        a_final = s_r * d + 8  # ln_f's input and statistics
+    a_block, a_trans, a_final = s.spec.activations(s, s_a, s_r)  # the family's block (growlm.family_specs)
     a_ckpt = s_r * d
     a_logits = (10 if s_a == 2 else 12) * V
     n = micro_batch * context

@@ -28,7 +28,7 @@ from growlm.families import FAMILY, family_of
 from growlm.loss import lm_loss
 from growlm.memory.estimate import (Correction, Plan, choose_setting, device_budget, divisors_desc,
                                     estimate_memory, no_fit_message, plan_from)
-from growlm.model import enable_recompute, gpt2_config_of
+from growlm.model import enable_recompute
 from growlm.shape import ModelShape
 from growlm.train import make_optimizer
 from growlm.train_config import TrainConfig
@@ -189,8 +189,6 @@ def measure_line(model_config, *, context: int, micro_batches: tuple[int, ...], 
     shape = ModelShape.of(model_config)
     if hasattr(model_config, "to_dict"):
         config = model_config
-    elif shape.family == "gpt2":
-        config = gpt2_config_of(shape)
     else:
         config = FAMILY[shape.family].config(shape)
     if precision is None:
