@@ -75,14 +75,18 @@ def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = No
         base["tokens"] = tokens
     if lr is not None:
         base["lr"] = lr
+    # Every value comes from the validated config (config/config.yaml under the overlays, the schema's
+    # defaults filled in): nothing here restates a default. `decay_share` is a refine-only override;
+    # unset, the run keeps TrainConfig's (the full cosine).
+    decay = {"decay_share": float(base["decay_share"])} if "decay_share" in base else {}
     return TrainConfig(
         tokens=int(base["tokens"]),
-        batch_size=int(base.get("batch_size", 16)),
+        batch_size=int(base["batch_size"]),
         context=int(config["model"]["context"]),
         lr=float(base["lr"]),
-        warmup_steps=int(base.get("warmup_steps", 0)),
+        warmup_steps=int(base["warmup_steps"]),
         min_lr_ratio=float(t["min_lr_ratio"]),
-        decay_share=float(base.get("decay_share", 1.0)),
+        **decay,
         weight_decay=float(t["weight_decay"]),
         grad_clip=float(t["grad_clip"]),
         eval_interval=int(t["eval_interval"]),
@@ -136,7 +140,7 @@ def member_seed(seed: int, member: int) -> int:
 
 def trunk_tokens(config: dict) -> int:
     """Tokens of the members' shared trunk (`members.trunk` of the members' budget; 0: none)."""
-    return int(round(float(config["members"].get("trunk", 0.0)) * int(config["train"]["small"]["tokens"])))
+    return int(round(float(config["members"]["trunk"]) * int(config["train"]["small"]["tokens"])))
 
 
 def member_train(config: dict, *, seed: int, member: int | None) -> dict:

@@ -502,7 +502,7 @@ def _member_tokens(config: dict, resolve_source: Callable[[dict], Path | str | N
         files = [Path(path)] if Path(path).is_file() else local_files(str(path))
         total += sum(f.stat().st_size for f in files if f.is_file())
     c = config["corpus"]
-    share = 1 - c.get("val_fraction", 0.05) - c.get("test_fraction", 0.05)
+    share = 1 - c["val_fraction"] - c["test_fraction"]
     return int(total * share / BYTES_PER_TOKEN), False
 
 
@@ -571,7 +571,7 @@ def sweep_training_flops(config: dict, sweep: dict) -> tuple[float, int]:
         per = train_flops_per_token(n_embd=d1, n_layer=L1, vocab_size=vocab, context=context)
         largest = max(largest, matmul_params(n_embd=d1, n_layer=L1, vocab_size=vocab))
         grown = [method_id(m) for m in sweep["methods"]]
-        if config["controls"].get("single_member", True):
+        if config["controls"]["single_member"]:
             grown += [m for m in grown if needs_single_member_control(m)]
         arms = 1 + len(grown) * len(sweep["d0"]) * len(sweep["L0"]) * len(sweep["n"])
         total += per * sum(sweep["budgets"]) * runs * arms
