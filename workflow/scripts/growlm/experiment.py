@@ -14,6 +14,7 @@ so it is torch-free. It turns the validated config into
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from growlm.family_specs import DEFAULT_FAMILY, family_spec
@@ -24,7 +25,6 @@ from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
 STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
-SHARED_TRAIN_KEYS = ("min_lr_ratio", "weight_decay", "grad_clip", "eval_interval", "eval_tokens", "checkpoint_every")
 
 
 def _as_list(value) -> list:
@@ -65,36 +65,30 @@ def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = No
     """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'): `train.<stage>` over the
     shared keys of `train` (refine: large's settings with refine's batch size and warm-up on top).
     `tokens` is the budget of a large job (the `budget` wildcard), else the stage's configured tokens;
-    `lr` the peak learning rate of a large job (the `lr` wildcard), else the stage's configured one."""
+    `lr` the peak learning rate of a large job (the `lr` wildcard), else the stage's configured one.
+
+    Every `train` key that names a field of TrainConfig sets it, cast to the field's type, so a new
+    training setting is a field of TrainConfig and a key of the schema (with config.yaml, config/README
+    and the rerun table), nothing here. The keys that say how the steps run (TrainConfig.HOW_FIELDS:
+    compile, sync_every) are the machine's, set by the job; `dense_log_steps` is the refinement's
+    only. Every value comes from the validated config (config.yaml under the overlays, the schema's
+    defaults filled in): nothing here restates a default."""
     t = config["train"]
     first, *overrides = STAGE_SECTIONS[stage]
-    base = dict(t[first])
+    values = {k: v for k, v in t.items() if k not in ("small", "large", "refine")}
+    values.update(t[first])
     for section in overrides:
-        base.update(t.get(section) or {})
+        values.update(t.get(section) or {})
     if tokens is not None:
-        base["tokens"] = tokens
+        values["tokens"] = tokens
     if lr is not None:
-        base["lr"] = lr
-    # Every value comes from the validated config (config/config.yaml under the overlays, the schema's
-    # defaults filled in): nothing here restates a default. `decay_share` is a refine-only override;
-    # unset, the run keeps TrainConfig's (the full cosine).
-    decay = {"decay_share": float(base["decay_share"])} if "decay_share" in base else {}
-    return TrainConfig(
-        tokens=int(base["tokens"]),
-        batch_size=int(base["batch_size"]),
-        context=int(config["model"]["context"]),
-        lr=float(base["lr"]),
-        warmup_steps=int(base["warmup_steps"]),
-        min_lr_ratio=float(t["min_lr_ratio"]),
-        **decay,
-        weight_decay=float(t["weight_decay"]),
-        grad_clip=float(t["grad_clip"]),
-        eval_interval=int(t["eval_interval"]),
-        eval_tokens=int(t["eval_tokens"]),
-        checkpoint_every=int(t["checkpoint_every"]),
-        dense_log_steps=int(t["dense_log_steps"]) if stage == "refine" else 0,
-        seed=int(seed),
-    )
+        values["lr"] = lr
+    values.update(context=config["model"]["context"], seed=seed)
+    if stage != "refine":
+        values["dense_log_steps"] = 0
+    cast = {"int": int, "float": float}
+    return TrainConfig(**{f.name: cast.get(f.type, lambda v: v)(values[f.name]) for f in fields(TrainConfig)
+                          if f.name in values and f.name not in TrainConfig.HOW_FIELDS})
 
 
 def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = None,
