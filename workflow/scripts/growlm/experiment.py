@@ -20,7 +20,7 @@ from pathlib import Path
 from growlm.family_specs import DEFAULT_FAMILY, family_spec
 from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, method_chain, refine_names
 from growlm.recipes import grow_recipe, refine_recipe
-from growlm.outputs import DEFAULT, results_dir
+from growlm.outputs import results_dir
 from growlm.train_config import TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
@@ -124,7 +124,7 @@ def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
 
 def pretrained_dir(config: dict, member: int) -> str:
     """Where the import job puts pretrained member i (members.pretrained)."""
-    return f"{results_dir(config.get('experiment', DEFAULT))}/models/pretrained/m{int(member)}"
+    return f"{results_dir(config['experiment'])}/models/pretrained/m{int(member)}"
 
 
 def member_seed(seed: int, member: int) -> int:

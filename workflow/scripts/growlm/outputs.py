@@ -81,7 +81,7 @@ def record(folder: str | Path, config: dict, configfiles: list[str], made: list[
     the kept outputs, so that a later run says "gone" only of what existed)."""
     path = Path(folder) / RECORD
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"experiment": config.get("experiment", DEFAULT), "configfiles": [str(f) for f in configfiles],
+    path.write_text(json.dumps({"experiment": config["experiment"], "configfiles": [str(f) for f in configfiles],
                                 "settings": identity(config), "made": sorted(made or [])}, indent=1, sort_keys=True))
 
 

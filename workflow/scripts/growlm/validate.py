@@ -46,7 +46,7 @@ from growlm import pretrained
 from growlm.live import tracker_problems
 from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods,
                             needs_single_member_control, plan_chain)
-from growlm.outputs import DEFAULT, name_problems, results_dir
+from growlm.outputs import name_problems, results_dir
 from growlm.plugins import declare
 from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
@@ -486,7 +486,7 @@ def _member_tokens(config: dict, resolve_source: Callable[[dict], Path | str | N
     built it, else estimated from the local sources' sizes (None when a source is a download or a Hub
     dataset, whose size is not known before it is read)."""
     levels = arm_levels(config)["members"]
-    built = Path(results_dir(config.get("experiment", DEFAULT))) / "tokens" / level_dir(levels) / "train.npy"
+    built = Path(results_dir(config["experiment"])) / "tokens" / level_dir(levels) / "train.npy"
     if built.is_file():
         try:
             return int(np.load(built, mmap_mode="r").shape[0]), True
@@ -604,7 +604,7 @@ def _cost_warnings(config: dict, sweep: dict) -> list[str]:
 
 def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:
     """What the schema cannot say (see the module docstring), one line per problem."""
-    out = name_problems(config.get("experiment", DEFAULT))
+    out = name_problems(config["experiment"])
     out += _head_problems(config, sweep) + _size_problems(sweep) + _corpus_problems(config, resolve_source)
     out += _shard_problems(config, resolve_source)
     out += _method_problems(config, sweep)

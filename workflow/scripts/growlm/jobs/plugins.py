@@ -125,8 +125,8 @@ def check(spec: dict) -> list[str]:
     load_plugins(spec["plugins"])
     done = []
     for c in spec["checks"]:
-        shape = dict(n=c["n"], d0=c["d0"], L0=c["L0"], d1=c["d1"], L1=c["L1"], head_dim=c.get("head_dim", 16),
-                     tied=c.get("tied", True), model=c.get("model"), options=c.get("options"))
+        shape = dict(n=c["n"], d0=c["d0"], L0=c["L0"], d1=c["d1"], L1=c["L1"], head_dim=c["head_dim"],
+                     tied=c["tied"], model=c.get("model"), options=c.get("options"))
         for name in method_chain(c["method"]):
             if name not in OPERATORS or OPERATORS[name].source == "growlm":
                 continue
