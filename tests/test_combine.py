@@ -142,8 +142,10 @@ def test_refinement_operators_stand_in_a_chain_but_grow_nothing():
     assert [fused for fused, *_ in steps] == [["msg"]]
     with pytest.raises(GrowlmError, match="only refinement operators"):
         plan_chain(s, 2, ["teach"], n_embd=32, n_layer=4)
-    with pytest.raises(GrowlmError, match="freeze needs an operator affine"):
+    with pytest.raises(GrowlmError, match="freeze needs inherited from the grow job, which only an operator affine"):
         plan_chain(s, 2, ["ligo", "freeze"], n_embd=32, n_layer=4)
+    with pytest.raises(GrowlmError, match="carry needs moments from the grow job"):
+        plan_chain(s, 2, ["mango", "carry"], n_embd=32, n_layer=4)
     assert OPERATORS["teach"].multi and not OPERATORS["freeze"].multi
 
 

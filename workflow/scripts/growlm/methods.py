@@ -21,6 +21,9 @@ An operator is described once, by an `OperatorSpec` in `OPERATORS`:
   refinement (the grow job sets them to a fifth of the shortest refinement unless configured);
 * `options`: the keyword options with their defaults (the implementation's signature must say the
   same: `growlm.growth.registry.implements` checks it at import);
+* `needs` (a refinement operator): what it needs from the grow job, names of `GROW_NEEDS` (`carry` the
+  members' grown moments, `freeze` the masks of the inherited entries); the grow job provides each need
+  of the chain's refiners (`growlm.jobs.grow.PROVIDERS`) and the record names what it wrote;
 * `check(shape, n, n_embd, n_layer, n_head, absorbed)`: raises GrowlmError when the operator cannot
   grow n members of `shape` to that size; `natural(shape, n)`: the size a combining operator reaches
   by itself, for chains; `absorbs`: operators that, following this one in a chain, are fused into it.
@@ -40,6 +43,14 @@ from typing import Callable
 from growlm.errors import GrowlmError
 from growlm.shape import FAMILIES, ModelShape
 
+# what a refinement operator may need from the grow job (`OperatorSpec.needs`), in the order the grow job
+# provides them. Each is computed from the linear part of the chain's growth operators, so a chain with a
+# learned operator (not affine in the members' weights) cannot provide it.
+GROW_NEEDS = {
+    "moments": "the members' final AdamW moments grown by the operator's linear part (growlm.growth.moments)",
+    "inherited": "masks of the entries inherited from the members: the non-zero entries of the operator's linear "
+                 "part",
+}
 SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
 # a ramp's or a refinement operator's step count unless configured: this share of the shortest refinement
@@ -68,6 +79,7 @@ class OperatorSpec:
     # a refinement operator whose `loss` replaces the step's LM loss (teach's distillation): a chain holds at
     # most one, since a step minimises one loss (`chain_names`)
     owns_loss: bool = False
+    needs: tuple[str, ...] = ()  # a refinement operator's needs from the grow job (names of GROW_NEEDS)
 
     @property
     def kind(self) -> str:
@@ -199,10 +211,11 @@ OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
                          "`teach_steps` steps, w decaying linearly from `teach_weight` to 0 (T: `temperature`); "
                          "then the members are no longer run"),
     OperatorSpec("freeze", "refine", exact=True, ramps=("freeze_steps",), options={"freeze_steps": 100},
+                 needs=("inherited",),
                  summary="the entries inherited from the members (those the operator copies, splits or "
                          "averages; found as the non-zero entries of the operator's linear part) are held fixed "
                          "for `freeze_steps` while the new ones train"),
-    OperatorSpec("carry", "refine", exact=True, options={},
+    OperatorSpec("carry", "refine", exact=True, options={}, needs=("moments",),
                  summary="AdamW starts from the members' final moments grown by the linear part of the same "
                          "operator (`growlm.growth.moments`; not for the learned operators)"),
     OperatorSpec("ligo", "both", exact=False, multi=True, learned=True, options=dict(_LEARNED),
@@ -239,6 +252,10 @@ def register_spec(spec: OperatorSpec) -> OperatorSpec:
     if spec.axis not in ("width", "depth", "both", REFINE):
         raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both (or "
                           f"{REFINE} for a refinement operator), not {spec.axis!r}")
+    unknown = [need for need in spec.needs if need not in GROW_NEEDS]
+    if spec.axis != REFINE and spec.needs or unknown:
+        raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): needs {list(spec.needs)}: a refinement "
+                          f"operator may need {', '.join(GROW_NEEDS)} from the grow job")
     if spec.ramps and not set(spec.ramps) <= set(spec.options):
         raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): ramps {list(spec.ramps)} must name "
                           f"keyword options of the function (it has {', '.join(spec.options) or 'none'})")
@@ -282,6 +299,13 @@ def growth_names(method) -> list[str]:
 def refine_names(method) -> list[str]:
     """The refinement operators of a method (teach, freeze, carry), in chain order."""
     return [nm for nm in method_chain(method) if nm in OPERATORS and OPERATORS[nm].axis == REFINE]
+
+
+def chain_needs(method) -> list[str]:
+    """What the grow job of `method` provides for its refinement operators: their `needs`, in
+    `GROW_NEEDS` order (each once)."""
+    needs = {need for nm in refine_names(method) for need in OPERATORS[nm].needs}
+    return [need for need in GROW_NEEDS if need in needs]
 
 
 def members_used(method, n: int) -> int:
@@ -328,10 +352,11 @@ def chain_names(method) -> list[str]:
                           f"cost was still counted. Keep one of them in the chain, or write one refiner whose loss "
                           f"combines both")
     learned = [nm for nm in names if OPERATORS[nm].learned]
-    for nm in ("freeze", "carry"):
-        if nm in refine and learned:
-            raise GrowlmError(f"growth chain {names}: {nm} needs an operator affine in the members' weights, and "
-                              f"{learned[0]} is learned")
+    for nm in refine:
+        if OPERATORS[nm].needs and learned:
+            raise GrowlmError(f"growth chain {names}: {nm} needs {' and '.join(OPERATORS[nm].needs)} from the grow "
+                              f"job, which only an operator affine in the members' weights gives, and {learned[0]} "
+                              f"is learned")
     return names
 
 

@@ -40,7 +40,7 @@ from growlm.methods import OperatorSpec, register_spec
 
 DECORATOR = "register_operator"
 RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
-_SPEC_KEYS = ("axis", "exact", "multi", "learned", "ramps", "families")
+_SPEC_KEYS = ("axis", "exact", "multi", "learned", "ramps", "families", "needs")
 
 
 def _literal(node: ast.AST, path: Path, what: str):
@@ -131,7 +131,7 @@ def _describe_refiner(cls: ast.AST, dec: ast.Call, kw: dict, path: Path) -> Oper
     doc = (ast.get_docstring(cls) or "").strip().splitlines()
     owns_loss = any(isinstance(node, ast.FunctionDef) and node.name == "loss" for node in cls.body)
     return OperatorSpec(name, "refine", exact=True, multi=bool(spec.get("multi", False)), owns_loss=owns_loss,
-                        ramps=tuple(spec.get("ramps", ())), options=options,
+                        ramps=tuple(spec.get("ramps", ())), options=options, needs=tuple(spec.get("needs", ())),
                         families=tuple(spec.get("families", FAMILIES)), summary=doc[0] if doc else "",
                         source=str(path.resolve()))
 

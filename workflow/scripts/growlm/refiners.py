@@ -22,7 +22,10 @@ under the same name (`refiner(name)` checks its options against the description,
 Its settings are `TrainConfig.refiners[name]`: its options (resolved by `growlm.experiment`, step
 counts a share of the shortest refinement unless configured) and the files the refine job gives it
 (`inputs`: teachers' model folders, the inherited-entry masks, the carried moments), which are part
-of the run's identity (`identify`, gathered by `growlm.runner.identify_inputs`).
+of the run's identity (`identify`, gathered by `growlm.runner.identify_inputs`). A file the grow job
+must write for it is one of its description's `needs` (`growlm.methods.GROW_NEEDS`): the grow job
+provides each need of the chain's refiners and names the file in its record (`Growth.provided[need]`),
+so neither the grow job nor the chain check names a refiner.
 """
 
 from __future__ import annotations
@@ -131,18 +134,19 @@ def refiner(name: str) -> Callable[[type], type]:
 
 
 def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[str, ...] = (),
-                     families: tuple[str, ...] | None = None, source: str = "") -> type:
+                     families: tuple[str, ...] | None = None, needs: tuple[str, ...] = (), source: str = "") -> type:
     """Describe and implement a refinement operator at once (`growlm.growth.register_operator(name,
     axis="refine")` on a Refiner subclass, in a plugin file): its options are the keyword-only
     parameters of its __init__ but its `inputs`; its summary the first line of its docstring.
     `ramps`: options that are step counts (held within the refinement; a share of it by default in
-    the workflow); `multi`: it uses all n members."""
+    the workflow); `multi`: it uses all n members; `needs`: what it needs from the grow job
+    (`growlm.methods.GROW_NEEDS`), which it then finds in `growth.provided`."""
     if not (inspect.isclass(cls) and issubclass(cls, Refiner)):
         raise GrowlmError(f"refinement operator {name!r}: register a subclass of growlm.refiners.Refiner, not "
                           f"{getattr(cls, '__name__', cls)!r}")
     doc = (cls.__doc__ or "").strip().splitlines()
     register_spec(OperatorSpec(name, "refine", exact=True, multi=multi, ramps=tuple(ramps), options=options_of(cls),
-                               owns_loss=cls.loss is not Refiner.loss,
+                               owns_loss=cls.loss is not Refiner.loss, needs=tuple(needs),
                                summary=doc[0] if doc else "", source=source,
                                families=tuple(families or FAMILIES)))
     REFINERS.pop(name, None)  # a plugin file imported again registers its class again
@@ -235,7 +239,7 @@ class Freeze(Refiner):
     @classmethod
     def settings(cls, options, *, growth, grown_dir, steps):
         kw = super().settings(options, growth=growth, grown_dir=grown_dir, steps=steps)
-        masks = Path(grown_dir) / growth.provided.get("inherited", "inherited.safetensors")
+        masks = Path(grown_dir) / growth.provided.get("inherited", "inherited.safetensors")  # its need
         if not masks.is_file():
             raise GrowlmError(f"freeze: {masks} is missing (the grow job writes it for methods with freeze); "
                               f"rebuild it and continue with `{hints.rebuild(masks)}`")
@@ -282,7 +286,7 @@ class Freeze(Refiner):
 @refiner("carry")
 class Carry(Refiner):
     """AdamW starts from the members' moments grown by the same operator (`growlm.growth.moments`; the
-    grow job writes them when `carry` stands in the chain), instead of from zero."""
+    grow job provides them, its need "moments"), instead of from zero."""
 
     inputs = ("moments",)
 

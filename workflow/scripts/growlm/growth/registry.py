@@ -66,7 +66,7 @@ def implements(name: str) -> Callable:
 def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool = False, learned: bool = False,
                       ramps: tuple[str, ...] = (), check: Callable | None = None,
                       natural: Callable | None = None, absorbs: tuple[str, ...] = (),
-                      families: tuple[str, ...] = FAMILIES) -> Callable:
+                      families: tuple[str, ...] = FAMILIES, needs: tuple[str, ...] = ()) -> Callable:
     """Decorator: describe and implement a growth operator in one go (for your own operators).
 
     `axis` ("width", "depth" or "both") says what it grows; `exact` whether the grown model computes
@@ -80,13 +80,14 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
 
     With `axis="refine"` it decorates a refinement operator instead: a subclass of
     `growlm.refiners.Refiner` (`growlm.refiners.register_refiner`; `exact` is then not asked for: a
-    refiner changes how M'_1 trains, not what it computes; `ramps` are its step counts)."""
+    refiner changes how M'_1 trains, not what it computes; `ramps` are its step counts; `needs` what it
+    needs from the grow job, names of `growlm.methods.GROW_NEEDS`)."""
 
     def wrap(fn: Callable) -> Callable:
         source = str(Path(inspect.getsourcefile(fn) or fn.__module__).resolve())
         if axis == REFINE:
             cls = register_refiner(name, fn, multi=multi, ramps=tuple(ramps), families=tuple(families),
-                                   source=source)
+                                   needs=tuple(needs), source=source)
             cls.growlm_operator = name
             return cls
         doc = (fn.__doc__ or "").strip().splitlines()

@@ -21,7 +21,7 @@ from growlm.growth import grow as grow_models, save_grown
 from growlm.growth.moments import grow_moments, inherited_masks
 from growlm.growth_record import Growth
 from growlm.console import log
-from growlm.methods import OPERATORS, growth_names, members_used, method_chain, refine_names
+from growlm.methods import OPERATORS, chain_needs, growth_names, members_used, method_chain
 from growlm.model import build_model, load_model
 from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
 from growlm.profiling.ranges import phase
@@ -33,7 +33,7 @@ from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig, compile_from_env
 
-INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (methods with freeze)
+INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (need "inherited")
 
 
 def tokenizer_of(data_file) -> Path | None:
@@ -89,17 +89,45 @@ def finish(grown: torch.nn.Module, growth: Growth, out_dir, *, tokenizer_dir=Non
     growth.write(out_dir)
 
 
+def provide_moments(out_dir: Path, *, members, member_dirs, chain, n_embd, n_layer, seed, options) -> dict:
+    """Need "moments": the members' final AdamW moments grown by the linear part of the same operator
+    (growlm.growth.moments), from the step the furthest member reached."""
+    loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in member_dirs]
+    moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer, seed=seed,
+                           **options)
+    step = max(s for _, s in loaded)
+    save_grown_moments(out_dir / GROWN_MOMENTS_FILE, moments, step)
+    log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
+    return {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
+
+
+def provide_inherited(out_dir: Path, *, members, member_dirs, chain, n_embd, n_layer, seed, options) -> dict:
+    """Need "inherited": bool masks of the grown weights' entries inherited from the members (the non-zero
+    entries of the operator's linear part), stored as uint8."""
+    masks = inherited_masks(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
+                            seed=seed, **options)
+    save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(out_dir / INHERITED_FILE))
+    share = sum(int(v.sum()) for v in masks.values()) / max(1, sum(v.numel() for v in masks.values()))
+    log(f"marked the inherited entries: {share:.1%} of the grown model's weights")
+    return {"inherited": INHERITED_FILE}
+
+
+# the grow job's provider of each need a refinement operator may declare (growlm.methods.GROW_NEEDS): it
+# writes the need's file into the grown folder and returns the record's entries that name it (what the
+# refiner's `settings` finds in `Growth.provided`)
+PROVIDERS = {"moments": provide_moments, "inherited": provide_inherited}
+
+
 def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed: int, options: dict, out_dir,
          data_file=None, learned_batches: dict | None = None, plugins=None) -> None:
-    """Combine the trained members into M'_1 with a growth operator; record its cost. With `carry` in the
-    chain the members' AdamW moments are grown too (growlm.growth.moments); with `freeze` the entries
-    inherited from the members are marked (`inherited.safetensors`) for the refinement to hold.
+    """Combine the trained members into M'_1 with a growth operator; record its cost. What the chain's
+    refinement operators need from this job (their `needs`: grown AdamW moments, the inherited entries'
+    masks) is written beside the grown model by `PROVIDERS` and named in the record.
     `options` are the growth operators' (the refinement operators' options reach the refine job, not
     this one). `plugins`: the plugin files of the method's operators (the caller loaded them), recorded
     in growth.json for the refine job, which loads a plugin's refiners from them."""
     full_chain = method_chain(method)
     chain = growth_names(full_chain)
-    carry = "carry" in refine_names(full_chain)
     options = operator_options(chain, options, seed=seed, data_file=data_file, learned_batches=learned_batches)
     used = member_dirs[:members_used(full_chain, len(member_dirs))]  # a single-source chain grows m_1 only
     members = [load_model(d) for d in used]  # (and the workflow waits only for those: growlm.experiment)
@@ -124,24 +152,12 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
         member_cost.append({"dir": d, "flops": t["flops"], "wall_s": t["wall_s"] - t.get("compile_s", 0.0),
                             "role": "trunk"})
 
-    def provide(out_dir: Path) -> dict:
-        carried = {}
-        if carry:
-            loaded = [load_moments(Path(d) / MEMBER_MOMENTS_FILE) for d in used]
-            moments = grow_moments(members, [m for m, _ in loaded], chain, n_embd=n_embd, n_layer=n_layer,
-                                   seed=seed, **options)
-            step = max(s for _, s in loaded)
-            save_grown_moments(out_dir / GROWN_MOMENTS_FILE, moments, step)
-            carried = {"moments": GROWN_MOMENTS_FILE, "moments_step": step}
-            log(f"carried the members' AdamW moments over (step {step:.0f}) for {len(moments)} parameters")
-        if "freeze" in refine_names(full_chain):
-            masks = inherited_masks(members, chain if len(chain) > 1 else chain[0], n_embd=n_embd, n_layer=n_layer,
-                                    seed=seed, **options)
-            save_file({k: v.to(torch.uint8).contiguous() for k, v in masks.items()}, str(out_dir / INHERITED_FILE))
-            carried["inherited"] = INHERITED_FILE
-            share = sum(int(v.sum()) for v in masks.values()) / max(1, sum(v.numel() for v in masks.values()))
-            log(f"marked the inherited entries for freeze: {share:.1%} of the grown model's weights")
-        return carried
+    def provide(out_dir: Path) -> dict:  # each need of the chain's refiners, by its provider
+        provided = {}
+        for need in chain_needs(full_chain):
+            provided.update(PROVIDERS[need](out_dir, members=members, member_dirs=used, chain=chain, n_embd=n_embd,
+                                            n_layer=n_layer, seed=seed, options=options))
+        return provided
 
     shown = {k: v for k, v in options.items() if k != "batches"}
     finish(grown, Growth(method=method, chain=full_chain, options=shown, growth_flops=flops, growth_wall_s=wall,
