@@ -90,8 +90,14 @@ class OperatorSpec:
 # the operators' constraints
 # ----------------------------------------------------------------------------------------------
 
-def check_heads(s: ModelShape, n_embd: int, n_head: int | None, what: str) -> int:
-    """Head count of the grown model when the head size is kept (heads are copied whole)."""
+# operators that grow to a head count that is not whole groups of the source's query heads per key/value head
+# by duplicating key/value heads (growlm.growth.algebra.regrouped_heads), exactly
+REGROUPS = ("lemon", "net2net", "fpi", "aki", "msg")
+
+
+def check_heads(s: ModelShape, n_embd: int, n_head: int | None, what: str, regroup: bool = False) -> int:
+    """Head count of the grown model when the head size is kept (heads are copied whole). `regroup`: the
+    operator duplicates key/value heads where the heads are not whole groups of s.r (`REGROUPS`)."""
     if n_embd % s.dh:
         raise GrowlmError(f"{what}: width {n_embd} is not a multiple of the head size {s.dh} "
                           f"(heads are copied whole, so the head size is kept)")
@@ -99,16 +105,17 @@ def check_heads(s: ModelShape, n_embd: int, n_head: int | None, what: str) -> in
     if n_head is not None and n_head != h1:
         raise GrowlmError(f"{what}: n_head={n_head} would change the head size {s.dh}; "
                           f"this operator keeps it (n_head={h1} for width {n_embd})")
-    if h1 % s.r:  # grouped-query attention: heads are grown in whole groups sharing a key/value head
+    if h1 % s.r and not regroup:  # grouped-query attention: heads grown in whole groups sharing a key/value head
         step = s.dh * s.r
         raise GrowlmError(f"{what}: width {n_embd} gives {h1} heads, not whole groups of {s.r} query heads per "
-                          f"key/value head; use a width that is a multiple of {step} (head size x {s.r})")
+                          f"key/value head; use a width that is a multiple of {step} (head size x {s.r}), or an "
+                          f"operator that duplicates key/value heads for such widths ({', '.join(REGROUPS)})")
     return h1
 
 
 def _keeps_heads(name: str) -> Callable:
     def check(s, n, n_embd, n_layer, n_head, absorbed=()):
-        check_heads(s, n_embd, n_head, name)
+        check_heads(s, n_embd, n_head, name, regroup=name in REGROUPS)
     return check
 
 

@@ -35,6 +35,19 @@ def mlp_units(n_embd: int, ratio: float) -> int:
     return int(round(f))
 
 
+def regrouped_r(n: int, h0: int, r: int, h1: int) -> int:
+    """Query heads per key/value head of h1 query heads grown from n members of h0 heads, r per key/value
+    head: r when h1 is whole groups of r; else the largest r' <= r dividing h1 such that each member's
+    source group fits in whole groups of r' (ceil(r / r') of them), its key/value head duplicated for
+    each (growlm.growth.algebra.regrouped_heads); r' = 1 always fits."""
+    if h1 % r == 0:
+        return r
+    for r_new in range(min(r, h1), 1, -1):
+        if h1 % r_new == 0 and n * (h0 // r) * -(-r // r_new) <= h1 // r_new:
+            return r_new
+    return 1
+
+
 @dataclass(frozen=True)
 class ModelShape:
     n_embd: int  # residual width d
@@ -89,7 +102,7 @@ class ModelShape:
         """The shape grown to a new width, depth and head count: a set MLP width scales with d, and the
         key/value heads with the query heads (the query heads per key/value head are kept)."""
         inner = None if self.n_inner is None else self.n_inner * n_embd // self.n_embd
-        kv = None if self.n_kv_head is None else max(1, n_head // self.r)
+        kv = None if self.n_kv_head is None else n_head // regrouped_r(1, self.h, self.r, n_head)
         return replace(self, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_inner=inner, n_kv_head=kv)
 
     def as_dict(self) -> dict:

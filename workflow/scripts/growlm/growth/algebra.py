@@ -43,13 +43,14 @@ n members it is exact when each member's coordinates are normalised separately (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from growlm.errors import GrowlmError
 from growlm.families import BLOCK_KEYS, WRITER_KEYS, family_of, load_into  # noqa: F401 (the operators' toolbox)
-from growlm.shape import ModelShape
+from growlm.shape import ModelShape, regrouped_r
 
 
 # ----------------------------------------------------------------------------------------------
@@ -66,10 +67,18 @@ def mlp_width(config, n_embd: int) -> int | None:
 
 
 def target_config(src, *, n_embd: int, n_layer: int, n_head: int, n_inner: int | None | str = "same",
-                  eps: float | None = None):
+                  eps: float | None = None, n_kv_head: int | None = None):
     """A copy of the config `src` (any family) with a new width/depth/head count (key/value heads
-    follow the query heads), optionally a new MLP width and norm epsilon."""
-    return family_of(src).resized(src, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_inner=n_inner, eps=eps)
+    follow the query heads unless `n_kv_head` says how many: `regrouped_heads`), optionally a new MLP
+    width and norm epsilon."""
+    fam = family_of(src)
+    s = ModelShape.of(src)
+    if n_kv_head is not None and n_head % s.r:  # resize with one key/value head per query head, then set them
+        src = fam.config(replace(s, n_kv_head=s.h), like=src)
+    out = fam.resized(src, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_inner=n_inner, eps=eps)
+    if n_kv_head is not None and n_kv_head != ModelShape.of(out).g:
+        out = fam.config(replace(ModelShape.of(out), n_kv_head=n_kv_head), like=out)
+    return out
 
 
 def norm_eps(config) -> float:
@@ -102,8 +111,35 @@ def empty_model(config):
 
 
 def pack(W: dict, config):
-    """A plain model with `config` holding weights `W`."""
-    return family_of(config).pack(W, config)
+    """A plain model with `config` holding weights `W` (in their dtype; a float64 model's norms compute in
+    float64: `float64_norms`)."""
+    model = family_of(config).pack(W, config)
+    if W["wte"].dtype == torch.float64:
+        float64_norms(model)
+    return model
+
+
+class RMSNormFloat64(LlamaRMSNorm):
+    """transformers' Llama RMSNorm, but computed in float64 for float64 input (transformers computes it
+    in float32 whatever the input's dtype: a float64 model is then float32-precise at every norm, 1e-7).
+    Any other dtype takes transformers' own forward, so nothing changes there."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype != torch.float64:
+            return super().forward(hidden_states)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def float64_norms(model):
+    """`model` (changed in place, and returned) with every Llama RMSNorm computed in float64 for float64
+    input (`RMSNormFloat64`; the weights and every other dtype are untouched). Grown float64 models get it
+    from `pack`, so they compute their function in float64; give it to a float64 member too to compare
+    the two in float64 (tests, bench/smollm_sizes.py)."""
+    for module in model.modules():
+        if type(module) is LlamaRMSNorm:
+            module.__class__ = RMSNormFloat64
+    return model
 
 
 def with_blocks(W: dict, blocks: list[dict]) -> dict:
@@ -163,6 +199,7 @@ class WidthPlan:
     head_src: torch.Tensor  # (h1,)
     mlp_mem: torch.Tensor  # (f1,)
     mlp_src: torch.Tensor  # (f1,)
+    r: int | None = None  # query heads per key/value head of the grown model; None: the source's
 
 
 @dataclass
@@ -188,21 +225,57 @@ class _Axis:
         return torch.where(self.residue, torch.zeros_like(f), f)
 
 
-def kv_plan(head_mem: torch.Tensor, head_src: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+def kv_plan(head_mem: torch.Tensor, head_src: torch.Tensor, r: int,
+            r_new: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(member, source key/value head) of every new key/value head, for query heads copied in whole
-    groups of r: new key/value head i serves new query heads i r .. i r + r - 1, which must all come from
-    one member's group, so that each reads the copy of its source's key/value head (grouped-query
-    attention stays exact). r = 1 (multi-head attention): the query heads' own plan."""
-    if r == 1:
+    groups: new key/value head i serves new query heads i r' .. i r' + r' - 1 (r' = `r_new`, the grown
+    model's query heads per key/value head; default r, the source's), which must all come from one
+    member's source group of r, so that each reads a copy of its source's key/value head (grouped-query
+    attention stays exact; a source key/value head may have several copies: `regrouped_heads`).
+    r = r' = 1 (multi-head attention): the query heads' own plan."""
+    r_new = r if r_new is None else r_new
+    if r == 1 and r_new == 1:
         return head_mem, head_src
-    if head_mem.numel() % r:
-        raise GrowlmError(f"{head_mem.numel()} query heads are not whole groups of {r} (query heads per key/value "
-                          f"head)")
-    mem, grp = head_mem.reshape(-1, r), torch.div(head_src, r, rounding_mode="floor").reshape(-1, r)
+    if head_mem.numel() % r_new:
+        raise GrowlmError(f"{head_mem.numel()} query heads are not whole groups of {r_new} (query heads per "
+                          f"key/value head)")
+    mem = head_mem.reshape(-1, r_new)
+    grp = torch.div(head_src, r, rounding_mode="floor").reshape(-1, r_new)
     if not (bool((mem == mem[:, :1]).all()) and bool((grp == grp[:, :1]).all())):
-        raise GrowlmError(f"the grown query heads break their key/value groups (each group of {r} query heads must "
-                          f"copy one source group); grow by whole groups of heads")
+        raise GrowlmError(f"the grown query heads break their key/value groups (each group of {r_new} query heads "
+                          f"must copy one source group); grow by whole groups of heads")
     return mem[:, 0].contiguous(), grp[:, 0].contiguous()
+
+
+def regrouped_heads(n: int, h0: int, r: int, h1: int,
+                    extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The query heads of a width whose h1 heads are not whole groups of the source's r query heads per
+    key/value head (h1 % r != 0): (member, source head) of each new query head, and r', the grown
+    model's query heads per key/value head, for which the key/value heads are duplicated.
+
+    r' is the largest divisor of h1, at most r, for which every (member, source key/value group) can
+    hold its r query heads in whole groups of r': each gets ceil(r / r') groups of r' query heads (its
+    heads, then copies of them, in order), and the groups left over go to `extra` (one index of
+    (member, source group) per group; default circular). A group of r' consecutive new query heads
+    then copies heads of one source group, and its key/value head copies that group's (`kv_plan`):
+    each query head reads a copy of the key/value head its source read, so grouped-query attention
+    stays exact whatever r' is (r' = 1 always fits: one key/value head per query head). The grown model
+    has h1 / r' key/value heads, so at least as many per query head as the source."""
+    g = h0 // r
+    pairs = n * g
+    r_new = regrouped_r(n, h0, r, h1)
+    per = -(-r // r_new)
+    left = h1 // r_new - pairs * per
+    if left < 0:
+        raise GrowlmError(f"{h1} query heads cannot hold {n} member(s) x {h0} heads")
+    if extra is None:
+        extra = torch.arange(left) % pairs
+    counts = torch.full((pairs,), per, dtype=torch.long) + torch.bincount(extra, minlength=pairs)
+    heads = counts * r_new  # query heads of each (member, group)
+    pair = torch.arange(pairs).repeat_interleave(heads)
+    start = torch.cumsum(heads, 0) - heads
+    j = torch.arange(int(heads.sum())) - start[pair]  # position inside its (member, group)
+    return (torch.div(pair, g, rounding_mode="floor"), (pair % g) * r + j % r, r_new)
 
 
 def _head_channels(mem: torch.Tensor, src: torch.Tensor, dh: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,15 +299,34 @@ def _occurrence_rank(key: torch.Tensor) -> torch.Tensor:
 def copy_noise(ax: _Axis, cols: int, std: float, mode: str, gen: torch.Generator,
                dtype: torch.dtype) -> torch.Tensor:
     """(len(ax), cols) noise that sums to zero over the copies of every source row."""
+    rows, vals = noise_rows(ax, cols, std, mode, gen, dtype)
+    out = torch.zeros(ax.mem.numel(), cols, dtype=dtype)
+    out[rows] = vals
+    return out
+
+
+def noise_rows(ax: _Axis, cols: int, std: float, mode: str, gen: torch.Generator,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`copy_noise` as (rows, values): the rows of the axis that get noise (copies of a source row
+    copied more than once; never a residue row) and their noise, every other row's being 0. The
+    random draws are the same as for the whole matrix, so the result does not depend on which form
+    is asked for."""
     A = ax.mem.numel()
     if mode == "centered":
         N = torch.randn(A, cols, generator=gen, dtype=dtype) * std
-        K = int(ax.key.max()) + 1
-        mean = torch.zeros(K, cols, dtype=dtype).index_add_(0, ax.key, N)
-        mean = mean / torch.bincount(ax.key, minlength=K).clamp(min=1).to(dtype)[:, None]
-        N = N - mean[ax.key]
-        N[(ax.count == 1) | ax.residue] = 0.0
-        return N
+        rows = ((ax.count > 1) & ~ax.residue).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return rows, N[:0]
+        sub = N.index_select(0, rows)
+        keys, inv = torch.unique(ax.key[rows], return_inverse=True)
+        # the copies' sum, added in row order (as index_add_ adds): copy by copy, over all keys at once
+        rank = _occurrence_rank(inv)
+        acc = torch.zeros(keys.numel(), cols, dtype=dtype)
+        for r in range(int(rank.max()) + 1):
+            sel = (rank == r).nonzero().squeeze(1)
+            acc[inv[sel]] += sub[sel]
+        mean = acc / torch.bincount(inv, minlength=keys.numel()).to(dtype)[:, None]
+        return rows, sub - mean[inv]
     if mode == "pairs":
         rank = _occurrence_rank(ax.key)
         K = int(ax.key.max()) + 1
@@ -243,11 +335,8 @@ def copy_noise(ax: _Axis, cols: int, std: float, mode: str, gen: torch.Generator
         first = (rank % 2 == 0) & (rank + 1 < ax.count) & ~ax.residue
         rows = first.nonzero().squeeze(1)
         partner = table[ax.key[rows], rank[rows] + 1]
-        out = torch.zeros(A, cols, dtype=dtype)
         N = torch.randn(rows.numel(), cols, generator=gen, dtype=dtype) * std
-        out[rows] = N
-        out[partner] = -N
-        return out
+        return torch.cat([rows, partner]), torch.cat([N, -N])
     raise GrowlmError(f"unknown noise mode {mode!r}")
 
 
@@ -268,7 +357,7 @@ class WidthEngine:
         hc_mem, hc_src = _head_channels(plan.head_mem, plan.head_src, s.dh)
         # copies of one head share a key (count = copies of the head, not of the channel)
         self.hc = _Axis.make(hc_mem, hc_src, s.d)
-        kv_mem, kv_src = kv_plan(plan.head_mem, plan.head_src, s.r)
+        kv_mem, kv_src = kv_plan(plan.head_mem, plan.head_src, s.r, plan.r)
         kvc_mem, kvc_src = _head_channels(kv_mem, kv_src, s.dh)
         self.kvc = _Axis.make(kvc_mem, kvc_src, s.g * s.dh)
         self.mlp = _Axis.make(plan.mlp_mem, plan.mlp_src, s.f)
@@ -293,6 +382,8 @@ class WidthEngine:
 
     def matrix(self, get, ax_in: _Axis, ax_out: _Axis, *, reader_noise: bool = True) -> torch.Tensor:
         """Grow a matrix (in, out): block-diagonal over members."""
+        if self.plan.n == 1:
+            return self._matrix_one(get(self.Ws[0]), ax_in, ax_out, reader_noise)
         Wst = self._stack(get)  # (n, a, b)
         n, a, b = Wst.shape
         Wa = Wst
@@ -317,6 +408,40 @@ class WidthEngine:
         if self.residue_std > 0 and bool(ax_in.residue.any()):
             R = torch.randn(int(ax_in.residue.sum()), W.shape[1], generator=self.gen, dtype=W.dtype) * self.residue_std
             W[ax_in.residue] = R if same is None else R * same[ax_in.residue]
+        return W.to(self.dtype)
+
+    def _matrix_one(self, S: torch.Tensor, ax_in: _Axis, ax_out: _Axis, reader_noise: bool) -> torch.Tensor:
+        """`matrix` for one member, computed in the layout the family stores: a Llama matrix is an
+        nn.Linear weight (out, in), whose (in, out) view the weight form holds, so it is grown as
+        (out, in) and returned as that view again (packing it then copies nothing across the cache).
+        The same values as the general path, element for element: each entry is one source entry
+        times its reader factor, plus its noise."""
+        S = S.to(self.cdtype)
+        pad_in, pad_out = bool(ax_in.residue.any()), bool(ax_out.residue.any())
+        out_major = not S.is_contiguous() and S.T.is_contiguous()
+        if out_major and pad_out and self.residue_mean:  # (no family stores this way and pads with means)
+            out_major = False
+        fac = ax_in.factor().to(self.cdtype)
+        if out_major:
+            St = S.T  # (b, a) contiguous
+            if pad_out:  # residue out row: 0 (RMSNorm)
+                St = torch.cat([St, torch.zeros(1, St.shape[1], dtype=St.dtype)], 0)
+            if pad_in:  # residue in column: 0
+                St = torch.cat([St, torch.zeros(St.shape[0], 1, dtype=St.dtype)], 1)
+            W = St.index_select(0, ax_out.idx).index_select(1, ax_in.idx).mul_(fac[None, :]).T
+        else:
+            Sa = S
+            if pad_out:  # residue out column = row mean (0 under RMSNorm)
+                Sa = self._pad(Sa[None], 2)[0]
+            if pad_in:  # residue in row = 0
+                Sa = torch.cat([Sa, torch.zeros(1, Sa.shape[1], dtype=Sa.dtype)], 0)
+            W = Sa.index_select(0, ax_in.idx).mul_(fac[:, None]).index_select(1, ax_out.idx)
+        if reader_noise and self.noise > 0 and bool((ax_in.count > 1).any()):
+            rows, N = noise_rows(ax_in, W.shape[1], float(S.std()) * self.noise, self.noise_mode, self.gen, W.dtype)
+            W[rows] += N
+        if self.residue_std > 0 and pad_in:
+            W[ax_in.residue] = torch.randn(int(ax_in.residue.sum()), W.shape[1], generator=self.gen,
+                                           dtype=W.dtype) * self.residue_std
         return W.to(self.dtype)
 
     def vector(self, get, ax: _Axis) -> torch.Tensor | None:
@@ -429,13 +554,17 @@ def tile_plan(n_members: int, d0: int, h0: int, f0: int, d1: int, h1: int, f1: i
         src = torch.where(j < n * per, j % per, ((j - n * per) // n) % per)
         return mem, src
 
-    if h1 % r or h0 % r:
-        raise GrowlmError(f"{h1} heads are not whole groups of {r} query heads per key/value head")
-    group_mem, group_src = units(h1 // r, h0 // r)
-    head_mem = group_mem.repeat_interleave(r)
-    head_src = (group_src[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
+    if h0 % r:
+        raise GrowlmError(f"{h0} heads are not whole groups of {r} query heads per key/value head")
+    r_new = None
+    if h1 % r:  # the key/value heads are duplicated so that the query heads form whole groups
+        head_mem, head_src, r_new = regrouped_heads(n, h0, r, h1)
+    else:
+        group_mem, group_src = units(h1 // r, h0 // r)
+        head_mem = group_mem.repeat_interleave(r)
+        head_src = (group_src[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
     mlp_mem, mlp_src = units(f1, f0)
-    return WidthPlan(n, torch.cat(res_mem), torch.cat(res_src), head_mem, head_src, mlp_mem, mlp_src)
+    return WidthPlan(n, torch.cat(res_mem), torch.cat(res_src), head_mem, head_src, mlp_mem, mlp_src, r_new)
 
 
 def single_tile_plan(d0, h0, f0, d1, h1, f1) -> WidthPlan:

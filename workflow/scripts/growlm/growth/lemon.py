@@ -22,7 +22,10 @@ square and break the norm, so there the residue coordinates hold 0 instead (writ
 residue columns zero). The mean square of the grown residual is then s = k d0 / d1 times the
 source's, and RMSNorm stays exact with gamma' = sqrt(s) * tiled gamma and eps' = s * eps: the same
 rescaling as LayerNorm's, for the same reason (the normaliser scales by sqrt(s)). Heads are copied
-in whole groups of r query heads with their key/value head (`growlm.growth.algebra.kv_plan`).
+in whole groups of r query heads with their key/value head (`growlm.growth.algebra.kv_plan`); a width
+whose heads are not whole groups of r gets duplicated key/value heads instead, fewer query heads per
+key/value head (`growlm.growth.algebra.regrouped_heads`: 6 heads on 2 key/value heads grown to 8 give
+4 key/value heads, each source key/value head twice), still exact.
 """
 
 from __future__ import annotations
@@ -44,14 +47,15 @@ def h1_of(config) -> int:
 def widen(model, n_embd: int, *, seed: int, noise: float, residue_std: float):
     """LEMON width expansion of one model (weights dict, config)."""
     s = ModelShape.of(model)
-    h1 = check_heads(s, n_embd, None, "lemon")
+    h1 = check_heads(s, n_embd, None, "lemon", regroup=True)
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
     plan = tile_plan(1, s.d, s.h, s.f, n_embd, h1, f1, r=s.r)
     eng = WidthEngine([unpack(model)], s, plan, gen=generator(seed), noise=noise, noise_mode="centered",
                       residue_std=residue_std)
     W = eng.grow()
     eps = float(eng.group_eps(norm_eps(model.config))[0])
-    return W, target_config(model.config, n_embd=n_embd, n_layer=s.L, n_head=h1, eps=eps)
+    return W, target_config(model.config, n_embd=n_embd, n_layer=s.L, n_head=h1, eps=eps,
+                            n_kv_head=h1 // (plan.r or s.r))
 
 
 def deepen_zero(blocks: list[dict], n_layer: int, position: str) -> list[dict]:
@@ -85,7 +89,7 @@ def lemon(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed:
         raise GrowlmError("lemon: noise and residue_std must be >= 0")
     src = models[0]
     s = ModelShape.of(src)
-    check_heads(s, n_embd, n_head, "lemon")
+    check_heads(s, n_embd, n_head, "lemon", regroup=True)
     if position not in ("interleave", "top"):
         raise GrowlmError(f"lemon: position must be 'interleave' or 'top', not {position!r}")
     W, config = widen(src, n_embd, seed=seed, noise=float(noise), residue_std=float(residue_std))

@@ -15,7 +15,11 @@ old coordinates is the source's) and grouped-query attention: the old query head
 and their key/value heads the first g0, so old query head i still reads old key/value head i // r
 (r is kept: h1 = d1 / dh, g1 = h1 / r); new query heads may read old or new key/value heads, but their
 outputs are masked. Rotary positions need nothing: the head size is kept, so each old head rotates
-as before.
+as before. A width whose heads are not whole groups of r (6 heads on 2 key/value heads grown to 8)
+duplicates key/value heads instead (`growlm.growth.algebra.regrouped_heads`: there 4 key/value heads,
+2 query heads each): each source group's heads take the first positions of its run of query heads,
+the new heads the rest, and every key/value head copies its group's, so each old query head reads
+a copy of its own key/value head.
 
 Returns a `GrownModel` (see masked.py): growth_step / ramp_done / to_plain.
 """
@@ -27,11 +31,47 @@ import math
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import generator, init_std as family_std, insertion_plan, pack, target_config, unpack
+from growlm.growth.algebra import (_occurrence_rank, generator, init_std as family_std, insertion_plan, kv_plan, pack,
+                                  regrouped_heads, target_config, unpack)
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
+
+
+_HEAD_KEYS = ("q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w")  # what `_place_heads` fills
+
+
+def _regrouped(s: ModelShape, h1: int):
+    """Where the source's heads go when h1 is not whole groups of its r query heads per key/value head
+    (`growlm.growth.algebra.regrouped_heads`): (old (h1,) bool: the position holds a source head, the
+    source head's channels at those positions, the source key/value channels of every new key/value
+    channel). Each source group's heads come first in its run of positions, then new heads."""
+    mem, src, r_new = regrouped_heads(1, s.h, s.r, h1)
+    old = _occurrence_rank(src) == 0
+    e = torch.arange(s.dh)
+    pos = old.nonzero().squeeze(1)  # positions of the source heads ...
+    order = src[pos]  # ... and which source head each is
+    q_new = (pos[:, None] * s.dh + e).reshape(-1)
+    q_old = (order[:, None] * s.dh + e).reshape(-1)
+    _, kv_src = kv_plan(mem, src, s.r, r_new)
+    kv_old = (kv_src[:, None] * s.dh + e).reshape(-1)
+    return old, q_new, q_old, kv_old
+
+
+def _place_heads(blk: dict, ob: dict, regroup, d0: int) -> None:
+    """Copy a source block's attention weights into `blk` at the regrouped head positions: each source
+    query head's q columns and o rows at its position, every key/value head a copy of its source group's
+    (rows of new residual coordinates stay random: the norm's output there is masked to 0)."""
+    _, q_new, q_old, kv_old = regroup
+    blk["q_w"][:d0, q_new] = ob["q_w"][:, q_old]
+    blk["o_w"][q_new, :d0] = ob["o_w"][q_old, :]
+    if blk["q_b"] is not None:
+        blk["q_b"][q_new] = ob["q_b"][q_old]
+    for k in ("k", "v"):
+        blk[k + "_w"][:d0, :] = ob[k + "_w"][:, kv_old]
+        if blk[k + "_b"] is not None:
+            blk[k + "_b"][:] = ob[k + "_b"][kv_old]
 
 
 def _embed(big: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -53,8 +93,9 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
         raise GrowlmError("msg: ramp_steps must be >= 0")
     src = models[0]
     s = ModelShape.of(src)
-    h1 = check_heads(s, n_embd, n_head, "msg")
+    h1 = check_heads(s, n_embd, n_head, "msg", regroup=True)
     big = s.resized(n_embd=n_embd, n_layer=n_layer, n_head=h1)
+    regroup = _regrouped(s, h1) if h1 % s.r else None
     old = unpack(src)
     dtype = old["wte"].dtype
     std = float(init_std if init_std is not None else family_std(src.config))
@@ -88,17 +129,22 @@ def msg(models, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: i
     for p in plan:
         blk = new_block()
         if p is not None:
-            blk = {k: None if v is None else _embed(v, old["blocks"][p][k]) for k, v in blk.items()}
+            heads = _HEAD_KEYS if regroup is not None else ()
+            ob = old["blocks"][p]
+            blk = {k: None if v is None else v if k in heads else _embed(v, ob[k]) for k, v in blk.items()}
+            if regroup is not None:
+                _place_heads(blk, ob, regroup, s.d)
         blocks.append(blk)
     W = {"wte": _embed(rnd(s.V, n_embd), old["wte"]),
          "wpe": None if old["wpe"] is None else _embed(rnd(s.T, n_embd), old["wpe"]),
          "lnf_w": _embed(ones(n_embd), old["lnf_w"]),
          "lnf_b": None if old["lnf_b"] is None else _embed(zeros(n_embd), old["lnf_b"]),
          "head": None if old["head"] is None else _embed(rnd(s.V, n_embd), old["head"]), "blocks": blocks}
-    core = pack(W, target_config(src.config, n_embd=n_embd, n_layer=n_layer, n_head=h1))
+    core = pack(W, target_config(src.config, n_embd=n_embd, n_layer=n_layer, n_head=h1, n_kv_head=big.g))
     if ramp_steps == 0 or (n_embd == s.d and n_layer == s.L):
         return core
     f = lambda k, k0: (torch.arange(k) >= k0).to(dtype)  # noqa: E731
-    bufs = {"res_new": f(n_embd, s.d), "head_new": f(h1, s.h), "mlp_new": f(f1, s.f),
+    head_new = f(h1, s.h) if regroup is None else (~regroup[0]).to(dtype)
+    bufs = {"res_new": f(n_embd, s.d), "head_new": head_new, "mlp_new": f(f1, s.f),
             "block_new": torch.tensor([0.0 if p is not None else 1.0 for p in plan], dtype=dtype)}
     return GrownModel(core, {"kind": "msg", "ramp_steps": int(ramp_steps)}, bufs)

@@ -14,8 +14,9 @@ mapping="cyclic" (then it equals HyperCloning). Registered as not exact.
 
 Llama family: the same, with RMSNorm (uneven copies change the mean square as they change LayerNorm's
 statistics: exact only with mapping="cyclic" and d1 a multiple of d0), heads mapped in whole groups
-of r query heads with their key/value head (a group copies a random source group), and the gated
-MLP's gate columns copied with the up columns.
+of r query heads with their key/value head (a group copies a random source group; a width whose heads
+are not whole groups duplicates key/value heads instead: `growlm.growth.algebra.regrouped_heads`), and
+the gated MLP's gate columns copied with the up columns.
 
 Depth: Net2Net is width only (chain 'zero_block' for its identity-layer deepening). FPI and AKI
 stack the widened block list (123123, bert2BERT's default). AKI additionally takes the new output
@@ -29,10 +30,11 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import WidthEngine, WidthPlan, generator, mlp_width, pack, target_config, unpack
+from growlm.growth.algebra import (WidthEngine, WidthPlan, generator, mlp_width, pack, regrouped_heads, target_config,
+                                  unpack)
 from growlm.growth.registry import implements
 from growlm.methods import check_heads
-from growlm.shape import ModelShape
+from growlm.shape import ModelShape, regrouped_r
 
 
 def _map(size0: int, size1: int, mapping: str, gen: torch.Generator) -> torch.Tensor:
@@ -45,18 +47,25 @@ def _map(size0: int, size1: int, mapping: str, gen: torch.Generator) -> torch.Te
 
 def _widen(model, n_embd: int, *, seed: int, noise: float, mapping: str, name: str):
     s = ModelShape.of(model)
-    h1 = check_heads(s, n_embd, None, name)
+    h1 = check_heads(s, n_embd, None, name, regroup=True)
     f1 = mlp_width(model.config, n_embd) or 4 * n_embd
     gen = generator(seed)
     z = lambda k: torch.zeros(k, dtype=torch.long)  # noqa: E731
     res_map = _map(s.d, n_embd, mapping, gen)
-    groups = _map(s.g, h1 // s.r, mapping, gen)  # whole groups of r query heads (r = 1: the heads)
-    head_map = (groups[:, None] * s.r + torch.arange(s.r)[None, :]).reshape(-1)
-    plan = WidthPlan(1, z(n_embd), res_map, z(h1), head_map, z(f1), _map(s.f, f1, mapping, gen))
+    r_new = None
+    if h1 % s.r:  # not whole groups: key/value heads duplicated, the groups left over copy random groups
+        r_new = regrouped_r(1, s.h, s.r, h1)
+        left = h1 // r_new - s.g * -(-s.r // r_new)
+        extra = _map(s.g, s.g + left, mapping, gen)[s.g:]
+        _, head_map, r_new = regrouped_heads(1, s.h, s.r, h1, extra=extra)
+    else:
+        groups = _map(s.g, h1 // s.r, mapping, gen)  # whole groups of r query heads (r = 1: the heads)
+        head_map = (groups[:, None] * s.r + torch.arange(s.r)[None, :]).reshape(-1)
+    plan = WidthPlan(1, z(n_embd), res_map, z(h1), head_map, z(f1), _map(s.f, f1, mapping, gen), r_new)
     if noise < 0:
         raise GrowlmError(f"{name}: noise must be >= 0")
     W = WidthEngine([unpack(model)], s, plan, gen=gen, noise=float(noise), noise_mode="centered").grow()
-    return W, target_config(model.config, n_embd=n_embd, n_layer=s.L, n_head=h1), s
+    return W, target_config(model.config, n_embd=n_embd, n_layer=s.L, n_head=h1, n_kv_head=h1 // (r_new or s.r)), s
 
 
 def _stack_blocks(blocks: list[dict], n_layer: int) -> list[dict]:
