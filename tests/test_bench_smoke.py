@@ -45,6 +45,15 @@ def test_prep_bench_prints_rates_and_flat_memory_fields(tmp_path):
     assert all(float(v) > 0 for v in m.groups())
 
 
+def test_smollm_sizes_quick_grows_exactly_and_prints_ratios():
+    out = _run("bench/smollm_sizes.py", "--quick", timeout=300)
+    m = re.fullmatch(r"smollm_sizes lemon\+zero_block=([0-9.]+) msg=([0-9.]+) net2net\+zero_block=([0-9.]+)",
+                     out.strip().splitlines()[-1])
+    assert m, out[-2000:]
+    rows = {r.split("|")[1].strip(): r.split("|") for r in out.splitlines() if r.startswith(("| lemon", "| msg"))}
+    assert float(rows["lemon+zero_block"][8]) < 1e-10 and float(rows["msg"][8]) < 1e-10  # exact in float64
+
+
 def test_gpu_bench_cpu_smoke(tmp_path):
     out = _run("bench/gpu.py", "--cpu-smoke", "--out", str(tmp_path / "r.csv"))
     assert "MFU n/a" in out
