@@ -17,13 +17,14 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "workflow" / "scripts"))  # this clone's growlm, whatever is installed
 
-from growlm.methods import method_table  # noqa: E402
+from growlm.methods import method_table, schedule_table  # noqa: E402
 from growlm.recipes import recipe_table  # noqa: E402
 
 COMMAND = ".venv/bin/python docs/tables.py"
 TABLES = {  # (page, table name): renderer
     ("methods.md", "growth"): lambda: method_table(),
     ("methods.md", "refine"): lambda: method_table(refine=True),
+    ("methods.md", "schedules"): lambda: schedule_table(),
     ("methods.md", "recipes"): lambda: recipe_table(),
 }
 

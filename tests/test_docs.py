@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from growlm.methods import OPERATORS, REFINE, method_table
+from growlm.methods import OPERATORS, REFINE, method_table, schedule_table
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -47,6 +47,9 @@ def test_the_generated_tables_are_up_to_date(page):
 
 def test_the_method_tables_have_a_row_per_builtin_operator():
     builtin = [s for s in OPERATORS.values() if s.source == "growlm"]
+    assert [s.name for s in builtin if s.axis == "schedule"] == [
+        re.match(r"\| `([^`]+)` \|", row).group(1) for row in schedule_table().splitlines()[2:]]
+    builtin = [s for s in builtin if s.axis != "schedule"]
     for refine in (False, True):
         rows = method_table(refine).splitlines()[2:]
         names = [re.match(r"\| `([^`]+)` \|", row).group(1) for row in rows]

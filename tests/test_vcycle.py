@@ -1,4 +1,4 @@
-"""The Multi-Level V-cycle as its authors run it (growlm.schedules.vcycle, growlm.jobs.grow.vcycle): the
+"""The Multi-Level V-cycle as its authors run it (growlm.schedules.vcycle, its `run` through growlm.jobs.grow.grow_schedule): the
 maps (coalesce is a left inverse of de-coalesce in both families and pairings; width de-coalescing is
 exact), the stages of a V of any depth with their shares and rates, the stage-1 weights being the
 ones interpolated, every stage's FLOPs in its ledger and in the growth cost, and the refinement's
@@ -96,7 +96,7 @@ VC = {"levels": 2, "factor": 2, "pairing": "stride", "stage_share": 0.1, "coarse
 
 
 def _run(tmp_path, **changes):
-    from growlm.jobs.grow import vcycle
+    from growlm.jobs.grow import grow_schedule
     from growlm.tokenizer import fit_tokenizer
 
     text = tmp_path / "t.txt"
@@ -109,9 +109,10 @@ def _run(tmp_path, **changes):
     train = {"tokens": 8 * T * 40, "batch_size": 8, "context": T, "lr": 3e-3, "warmup_steps": 4, "eval_interval": 5,
              "eval_tokens": 512, "checkpoint_every": 20, "seed": 1}
     out = tmp_path / "grown"
-    vcycle(vcycle={**VC, **changes}, train=train, model={"n_embd": 32, "n_layer": 4, "n_positions": T, "head_dim": 8},
-           seed=0, train_file=tmp_path / "train.npy", val_file=tmp_path / "val.npy", tokenizer_dir=tmp_path / "tok",
-           out_dir=out)
+    grow_schedule("vcycle", {"vcycle": {**VC, **changes}, "train": train,
+                             "model": {"n_embd": 32, "n_layer": 4, "n_positions": T, "head_dim": 8}},
+                  seed=0, train_file=tmp_path / "train.npy", val_file=tmp_path / "val.npy",
+                  tokenizer_dir=tmp_path / "tok", out_dir=out)
     return out, json.loads((out / "growth.json").read_text())
 
 

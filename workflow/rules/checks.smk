@@ -20,8 +20,8 @@ from growlm.tasks import task_problems
 from growlm.train_config import export_compile
 from growlm.validate import check_plugin_operators, experiment_warnings
 
-# train.compile for the jobs that train outside a training rule's params (the V-cycle's stages in the grow
-# job, growlm.jobs.grow.vcycle): how a job runs, inherited through the environment, never a rerun trigger
+# train.compile for the jobs that train outside a training rule's params (a schedule's stages in the grow
+# job, growlm.jobs.grow.grow_schedule): how a job runs, inherited through the environment, never a rerun trigger
 export_compile(config["train"]["compile"])
 
 # a run killed before this one left its lock: say how to continue (Snakemake checks the lock next)

@@ -1,6 +1,6 @@
 # Growth: combine the n trained members into the initial weights of M'_1 (width d1, depth L1)
-# with an operator (or chain) described in growlm.methods; or run one of the two schedules that
-# reuse no small model (vcycle, apollo).
+# with an operator (or chain) described in growlm.methods; or run one of the schedules described
+# there, which reuse no small model.
 
 
 rule grow:
@@ -20,10 +20,10 @@ rule grow:
         "../envs/growlm.yaml"
     threads: 1
     resources:
-        # the schedules (vcycle, apollo) train models: a training job's GPUs and run time; an operator, none
-        gpu=lambda wc: min(1, config["resources"]["gpu"]) if wc.method in SCHEDULES else 0,
+        # a schedule trains models: a training job's GPUs and run time; an operator, none
+        gpu=lambda wc: min(1, config["resources"]["gpu"]) if is_schedule(wc.method) else 0,
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: (config["resources"]["runtime"] if wc.method in SCHEDULES else 10) * attempt,
+        runtime=lambda wc, attempt: (config["resources"]["runtime"] if is_schedule(wc.method) else 10) * attempt,
     params:
         grow=grow_params,
     script:

@@ -4,7 +4,7 @@
 from pathlib import Path
 
 from growlm.experiment import canonical, source_settings, trunk_tokens
-from growlm.methods import SCHEDULES, is_single_member_control, members_used
+from growlm.methods import is_single_member_control, members_used
 from growlm.outputs import content_digest
 from growlm.pretrained import spec_of as pretrained_spec
 from growlm.sources import local_files

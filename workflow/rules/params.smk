@@ -23,7 +23,7 @@ from growlm.experiment import (
     train_settings,
     trunk_tokens,
 )
-from growlm.methods import SCHEDULES
+from growlm.methods import is_schedule
 
 
 def level_source_names(wildcards):
@@ -56,7 +56,7 @@ def refine_train(wildcards):
 
 
 def grow_params(wildcards):
-    if wildcards.method in SCHEDULES:
+    if is_schedule(wildcards.method):
         return schedule_settings(
             config, wildcards.method, n_embd=int(wildcards.d1), n_layer=int(wildcards.L1), seed=int(wildcards.seed)
         )

@@ -246,27 +246,17 @@ def canonical(value):
 
 
 def schedule_settings(config: dict, method: str, *, n_embd: int, n_layer: int, seed: int) -> dict:
-    """What the grow job of a schedule (the V-cycle, the Apollo-style control) reads."""
-    model = model_settings(config, n_embd=n_embd, n_layer=n_layer)
-    if method == "vcycle":  # the stages are shares of the reference budget's steps, at the large arms' rate
-        vc = config["vcycle"]
-        budgets = normalise_sweep(config)["budgets"]
-        train = train_config(config, "large", seed=int(seed) + 104729, tokens=min(int(b) for b in budgets),
-                             lr=float(normalise_sweep(config)["lrs"][0])).run_settings()
-        stages = {k: v for k, v in vc.items() if k not in ("final_share", "final_warmup")}  # the refinement's
-        return canonical({"vcycle": stages, "train": train, "model": model,
-                          "memory_limit_gb": config["resources"]["memory_limit_gb"]})
-    # the Apollo-style control: its schedule a share of the reference budget (the shortest of the
-    # sweep), at the large arms' first rate, warmed up over 2.5% of M_0's steps there (the authors)
-    ap, t, sweep = config["apollo"], config["train"], normalise_sweep(config)
-    reference = min(int(b) for b in sweep["budgets"])
-    batch, context = int(t["large"]["batch_size"]), int(config["model"]["context"])
-    schedule = {"tokens": int(ap.get("tokens") or round(float(ap.get("share", 0.25)) * reference)),
-                "stages": ap.get("stages", "authors"), "lr": float(ap.get("lr") or sweep["lrs"][0]),
-                "warmup_steps": int(ap["warmup_steps"] if ap.get("warmup_steps") is not None
-                                    else max(1, round(0.025 * reference / (batch * context))))}
-    return canonical({"apollo": schedule, "model": model, "batch_size": batch, "context": context,
-                      "weight_decay": float(t["weight_decay"]), "grad_clip": float(t["grad_clip"])})
+    """What the grow job of a schedule reads: its description's `settings` (growlm.methods), given what
+    every schedule shares - the model, the reference budget (the shortest of the sweep), the large arms'
+    first rate, and their training settings at that budget for a seed."""
+    sweep = normalise_sweep(config)
+    reference, lr = min(int(b) for b in sweep["budgets"]), float(sweep["lrs"][0])
+
+    def train(seed_: int) -> dict:
+        return train_config(config, "large", seed=int(seed_), tokens=reference, lr=lr).run_settings()
+
+    return canonical(OPERATORS[method].settings(config, model=model_settings(config, n_embd=n_embd, n_layer=n_layer),
+                                                seed=int(seed), reference=reference, lr=lr, train=train))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,8 +28,17 @@ An operator is described once, by an `OperatorSpec` in `OPERATORS`:
   grow n members of `shape` to that size; `natural(shape, n)`: the size a combining operator reaches
   by itself, for chains; `absorbs`: operators that, following this one in a chain, are fused into it.
 
-The implementations live in `growlm.growth` (torch). `SCHEDULES` are the two training schedules that
-stand in the method list but reuse no small model (the V-cycle and the Apollo-style control).
+The implementations live in `growlm.growth` (torch).
+
+A *schedule* (axis "schedule": `vcycle`, `apollo`) is described here too: a training schedule that
+stands alone in the method list and reuses no small model. Its `options` are its config section's keys
+with their defaults (the section is named after it: `vcycle:`); `settings(config, model=, seed=,
+reference=, lr=, train=)` gives its grow job's params from the config (`growlm.experiment.
+schedule_settings` resolves what every schedule shares: the model, the shortest budget, the large arms'
+first rate, their training settings at that budget); `check(config, sweep, heads_per_kv=)` returns the
+problems of a sweep it cannot run (`growlm.validate`). Its implementation is registered under its name
+in `growlm.schedules` (torch), which the grow job dispatches to; options `final_share`/`final_warmup` are
+the refinement after it (`growlm.recipes.refine_recipe`).
 `method_table()` renders the operator tables of docs/methods.md from these descriptions (each
 operator's `summary` is its table cell; docs/tables.py writes them, tests/test_docs.py compares).
 """
@@ -51,7 +60,7 @@ GROW_NEEDS = {
     "inherited": "masks of the entries inherited from the members: the non-zero entries of the operator's linear "
                  "part",
 }
-SCHEDULES = ("vcycle", "apollo")  # training schedules that reuse no small model, not growth operators
+SCHEDULE = "schedule"  # the axis of the training schedules that reuse no small model (vcycle, apollo)
 SINGLE_MEMBER = "@m1"  # suffix of the control arm: the same operator fed m_1 alone (n copies)
 # a ramp's or a refinement operator's step count unless configured: this share of the shortest refinement
 REFINE_SHARE = Fraction(1, 5)
@@ -79,6 +88,7 @@ class OperatorSpec:
     # a refinement operator whose `loss` replaces the step's LM loss (teach's distillation): a chain holds at
     # most one, since a step minimises one loss (`chain_names`)
     owns_loss: bool = False
+    settings: Callable | None = None  # a schedule: its grow job's params from the config (module docstring)
     needs: tuple[str, ...] = ()  # a refinement operator's needs from the grow job (names of GROW_NEEDS)
 
     @property
@@ -167,6 +177,48 @@ def _concat(s, n, n_embd, n_layer, n_head, absorbed=()):
                           f"{n_embd} was asked; for other widths use the chain ['concat', 'lemon']")
 
 
+def _vcycle_settings(config: dict, *, model: dict, seed: int, reference: int, lr: float, train: Callable) -> dict:
+    """The V-cycle's grow job: its stages are shares of the reference budget's steps at the large arms'
+    rate (`train(seed)`: their settings there); `final_share`/`final_warmup` are the refinement's."""
+    stages = {k: v for k, v in config["vcycle"].items() if k not in ("final_share", "final_warmup")}
+    return {"vcycle": stages, "train": train(seed + 104729), "model": model,
+            "memory_limit_gb": config["resources"]["memory_limit_gb"]}
+
+
+def _vcycle_check(config: dict, sweep: dict, *, heads_per_kv: int) -> list[str]:
+    """Every level of the V must be whole heads (in whole key/value groups), and the last stage (the
+    refinement) at least one batch."""
+    out, vc, head_dim, r = [], config["vcycle"], config["model"]["head_dim"], heads_per_kv
+    k, levels = vc["factor"], vc["levels"]
+    total = k ** (levels - 1)  # the coarsest level is total times narrower and shallower
+    for d1 in sweep["d1"]:
+        for L1 in sweep["L1"]:
+            if d1 % total or L1 % total or (d1 // total) % (head_dim * r):
+                out.append(f"vcycle: {levels} levels by factor {k} need d1 = {d1} and L1 = {L1} divisible by {total} "
+                           f"into whole heads of {head_dim} (in groups of {r} per key/value head); use fewer levels "
+                           f"or a factor that divides both")
+    batch = (config["train"].get("refine") or {}).get("batch_size", config["train"]["large"]["batch_size"])
+    one = batch * config["model"]["context"]
+    for budget in sweep["budgets"]:
+        if vc["final_share"] * budget < one:
+            out.append(f"vcycle.final_share = {vc['final_share']}: the last stage of budget {budget} would be "
+                       f"shorter than one batch ({one} tokens)")
+    return out
+
+
+def _apollo_settings(config: dict, *, model: dict, seed: int, reference: int, lr: float, train: Callable) -> dict:
+    """The Apollo-style control's grow job: its schedule a share of the reference budget (the shortest of
+    the sweep), at the large arms' first rate, warmed up over 2.5% of M_0's steps there (the authors)."""
+    ap, t = config["apollo"], config["train"]
+    batch, context = int(t["large"]["batch_size"]), int(config["model"]["context"])
+    schedule = {"tokens": int(ap.get("tokens") or round(float(ap.get("share", 0.25)) * reference)),
+                "stages": ap.get("stages", "authors"), "lr": float(ap.get("lr") or lr),
+                "warmup_steps": int(ap["warmup_steps"] if ap.get("warmup_steps") is not None
+                                    else max(1, round(0.025 * reference / (batch * context))))}
+    return {"apollo": schedule, "model": model, "batch_size": batch, "context": context,
+            "weight_decay": float(t["weight_decay"]), "grad_clip": float(t["grad_clip"])}
+
+
 _NOISY_COPY = {"noise": 0.0, "mapping": "random"}
 _LEARNED = {"steps": 100, "batches": None, "lr": 1e-3, "init_noise": 0.01, "device": None}
 
@@ -225,6 +277,19 @@ OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
     OperatorSpec("carry", "refine", exact=True, options={}, needs=("moments",),
                  summary="AdamW starts from the members' final moments grown by the linear part of the same "
                          "operator (`growlm.growth.moments`; not for the learned operators)"),
+    OperatorSpec("vcycle", SCHEDULE, exact=False, settings=_vcycle_settings, check=_vcycle_check,
+                 options={"levels": 2, "factor": 2, "pairing": "stride", "stage_share": 0.05, "coarse_share": 0.5,
+                          "lr_multiplier": 4, "alpha": 0.5, "embeddings": "mean", "final_share": 0.5,
+                          "final_warmup": 0},
+                 summary="Multi-Level V-cycle schedule: train the large model briefly, coalesce it, train the coarse "
+                         "model, de-coalesce and interpolate with the weights from before coalescing, train the "
+                         "large model again ([below](#each-method-as-its-authors-run-it))"),
+    OperatorSpec("apollo", SCHEDULE, exact=False, settings=_apollo_settings,
+                 options={"share": 0.25, "tokens": None, "stages": "authors", "final_share": 0.75, "final_warmup": 0,
+                          "lr": None, "warmup_steps": None},
+                 summary="control that reuses no small model: M_0's init trained Apollo-style (shared layers, depth "
+                         "sampled with p ~ 1/depth, stages of 1, 2, 4, ... unique blocks, duplicated exactly between "
+                         "stages) for `apollo.share` of the budget (cost counted), then refined"),
     OperatorSpec("ligo", "both", exact=False, multi=True, learned=True, options=dict(_LEARNED),
                  check=_keeps_heads("learned growth"),
                  summary="LiGO: learned linear growth maps (width maps and depth mixing, rank-1 ring), trained "
@@ -237,8 +302,14 @@ OPERATORS: dict[str, OperatorSpec] = {spec.name: spec for spec in [
 
 
 def methods() -> list[str]:
-    """The sorted names of every operator (built-in and registered by plugins)."""
-    return sorted(OPERATORS)
+    """The sorted names of every operator (built-in and registered by plugins); the schedules are not
+    operators (`schedules()`)."""
+    return sorted(name for name, spec in OPERATORS.items() if spec.axis != SCHEDULE)
+
+
+def schedules() -> list[str]:
+    """The names of the training schedules that reuse no small model, in their description's order."""
+    return [name for name, spec in OPERATORS.items() if spec.axis == SCHEDULE]
 
 
 METHODS: list[str] = methods()  # the built-in operators (plugins add to OPERATORS)
@@ -252,9 +323,8 @@ def register_spec(spec: OperatorSpec) -> OperatorSpec:
     if known is not None and known.source == spec.source and known.source != "growlm":
         OPERATORS[spec.name] = spec
         return spec
-    if spec.name in OPERATORS or spec.name in SCHEDULES:
-        raise GrowlmError(f"growth operator {spec.name!r} is described twice "
-                          f"({OPERATORS[spec.name].source if spec.name in OPERATORS else 'a schedule'} "
+    if spec.name in OPERATORS:
+        raise GrowlmError(f"growth operator {spec.name!r} is described twice ({OPERATORS[spec.name].source} "
                           f"and {spec.source})")
     if spec.axis not in ("width", "depth", "both", REFINE):
         raise GrowlmError(f"growth operator {spec.name!r} ({spec.source}): axis must be width, depth or both (or "
@@ -292,7 +362,8 @@ def is_single_member_control(method_id_: str) -> bool:
 
 
 def is_schedule(method) -> bool:
-    return any(name in SCHEDULES for name in method_chain(method))
+    """Whether `method` (a name, chain or id) is, or wrongly chains, a schedule."""
+    return any(name in OPERATORS and OPERATORS[name].axis == SCHEDULE for name in method_chain(method))
 
 
 REFINE = "refine"  # the axis of the refinement operators (teach, freeze, carry)
@@ -346,6 +417,8 @@ def chain_names(method) -> list[str]:
     for name in names:
         if not isinstance(name, str) or name not in OPERATORS:
             raise GrowlmError(f"unknown growth method {name!r}; known: {', '.join(methods())}")
+        if OPERATORS[name].axis == SCHEDULE:
+            raise GrowlmError(f"{name} is a training schedule and cannot be chained; list it alone")
     if len(set(names)) != len(names):
         raise GrowlmError(f"growth chain {names} repeats an operator")
     refine = [nm for nm in names if OPERATORS[nm].axis == REFINE]
@@ -497,7 +570,8 @@ def method_table(refine: bool = False) -> str:
     grows, its summary, whether it is exact at step 0, which members it uses, its options (set in
     `grow.options.<name>`) with their defaults; a ramp's default is the share of the shortest
     refinement the grow job gives it. docs/methods.md holds the output (tests/test_docs.py)."""
-    specs = [s for s in OPERATORS.values() if s.source == "growlm" and (s.axis == REFINE) == refine]
+    specs = [s for s in OPERATORS.values() if s.source == "growlm" and s.axis != SCHEDULE
+             and (s.axis == REFINE) == refine]
     if refine:
         rows = ["| in a chain | what the refinement does | options (`grow.options.<name>`) |", "|---|---|---|"]
         rows += [f"| `{s.name}` | {_what_cell(s)} | {_options_cell(s)} |" for s in specs]
@@ -506,4 +580,13 @@ def method_table(refine: bool = False) -> str:
                 "|---|---|---|---|---|---|"]
         rows += [f"| `{s.name}` | {_GROWS[s.axis]} | {_what_cell(s)} | {'yes' if s.exact else 'no'} | "
                  f"{'all n' if s.multi else 'm_1'} | {_options_cell(s)} |" for s in specs]
+    return "\n".join(rows) + "\n"
+
+
+def schedule_table() -> str:
+    """The markdown table of the schedules (docs/methods.md), rendered from their descriptions; their
+    settings are the config sections of their names."""
+    rows = ["| method | what | exact at step 0 |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | {_what_cell(s)} | {'yes' if s.exact else 'no'} |"
+             for s in OPERATORS.values() if s.axis == SCHEDULE]
     return "\n".join(rows) + "\n"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from growlm.methods import LEARNED_MIN_STEPS, LEARNED_SHARE, OPERATORS, method_chain
+from growlm.methods import LEARNED_MIN_STEPS, LEARNED_SHARE, OPERATORS, SCHEDULE, method_chain
 
 # LEMON's refinement: the same peak rate, its cosine reaching the floor after this share of the budget
 LEMON_DECAY_SHARE = Fraction(2, 3)
@@ -90,9 +90,11 @@ def refine_recipe(config: dict, method: str, settings: dict) -> dict:
     """The refinement's `settings` (TrainConfig.run_settings) with `method`'s recipe applied."""
     out = dict(settings)
     chain = method_chain(method)
-    if method in ("vcycle", "apollo"):  # the schedule's last stage: a share of the budget, no re-warm-up
+    spec = OPERATORS.get(method)
+    if spec is not None and spec.axis == SCHEDULE and "final_share" in spec.options:
+        # the schedule's last stage: a share of the budget (its config section's), no re-warm-up by default
         section = config.get(method) or {}
-        share = float(section.get("final_share", 0.5 if method == "vcycle" else 0.75))
+        share = float(section.get("final_share", spec.options["final_share"]))
         out["tokens"] = max(1, int(round(share * int(settings["tokens"]))))
         steps = out["tokens"] // (int(settings["batch_size"]) * int(settings["context"]))
         out["warmup_steps"] = int(round(float(section.get("final_warmup", 0)) * steps))

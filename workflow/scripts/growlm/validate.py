@@ -44,8 +44,8 @@ from growlm.family_specs import DEFAULT_FAMILY, FAMILY_SPECS, family_spec
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
 from growlm.live import tracker_problems
-from growlm.methods import (OPERATORS, SCHEDULES, check_options, method_chain, method_id, methods,
-                            needs_single_member_control, plan_chain)
+from growlm.methods import (OPERATORS, check_options, is_schedule, method_chain, method_id, methods,
+                            needs_single_member_control, plan_chain, schedules)
 from growlm.outputs import name_problems, results_dir
 from growlm.plugins import declare
 from growlm.recipes import gstack_problem, gstack_tokens
@@ -295,19 +295,19 @@ def _suggest_width(shape: ModelShape, n: int, method, d1: int, L1: int, head_dim
 
 def _method_problems(config: dict, sweep: dict) -> list[str]:
     out = []
-    known = [*methods(), *SCHEDULES]
+    known = [*methods(), *schedules()]
     options = config["grow"]["options"]
     for name in options:
-        if name not in OPERATORS:
+        if name not in OPERATORS or is_schedule(name):
             near = difflib.get_close_matches(name, known, n=1)
             out.append(f"grow.options.{name}: no growth operator of that name"
                        + (f"; did you mean {near[0]!r}?" if near else f" (known: {', '.join(methods())})"))
     for m in sweep["methods"]:
         chain = method_chain(m)
         for name in chain:
-            if name in SCHEDULES and len(chain) > 1:
+            if is_schedule(name) and len(chain) > 1:
                 out.append(f"methods: {m}: {name} is a training schedule and cannot be chained; list it alone")
-            elif name not in OPERATORS and name not in SCHEDULES:
+            elif name not in OPERATORS:
                 near = difflib.get_close_matches(name, known, n=1)
                 out.append(f"methods: {m}: unknown growth method {name!r}"
                            + (f"; did you mean {near[0]!r}?" if near else "") + f" (known: {', '.join(known)})")
@@ -316,7 +316,7 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
     head_dim = config["model"]["head_dim"]
     for m in sweep["methods"]:
         chain = method_chain(m)
-        if chain[0] in SCHEDULES:
+        if is_schedule(chain[0]):
             continue
         family = config["model"].get("family", DEFAULT_FAMILY)
         for name in chain:
@@ -378,26 +378,13 @@ def _budget_problems(config: dict, sweep: dict) -> list[str]:
 
 
 def _schedule_problems(config: dict, sweep: dict) -> list[str]:
+    """Each schedule of the sweep checks the sweep with its description's `check` (growlm.methods)."""
     out = []
-    ids = {method_id(m) for m in sweep["methods"]}
-    head_dim = config["model"]["head_dim"]
-    if "vcycle" in ids:
-        vc = config["vcycle"]
-        k, levels = vc["factor"], vc["levels"]
-        total = k ** (levels - 1)  # the coarsest level is total times narrower and shallower
-        r = config["model"].get("heads_per_kv") or (family_spec(config["model"].get("family", DEFAULT_FAMILY))
-                                                   .settings.get("heads_per_kv", 1))
-        for d1, L1 in itertools.product(sweep["d1"], sweep["L1"]):
-            if d1 % total or L1 % total or (d1 // total) % (head_dim * r):
-                out.append(f"vcycle: {levels} levels by factor {k} need d1 = {d1} and L1 = {L1} divisible by {total} "
-                           f"into whole heads of {head_dim} (in groups of {r} per key/value head); use fewer levels "
-                           f"or a factor that divides both")
-        batch = (config["train"].get("refine") or {}).get("batch_size", config["train"]["large"]["batch_size"])
-        one = batch * config["model"]["context"]
-        for budget in sweep["budgets"]:
-            if vc["final_share"] * budget < one:
-                out.append(f"vcycle.final_share = {vc['final_share']}: the last stage of budget {budget} would be "
-                           f"shorter than one batch ({one} tokens)")
+    r = config["model"].get("heads_per_kv") or (family_spec(config["model"].get("family", DEFAULT_FAMILY))
+                                               .settings.get("heads_per_kv", 1))
+    for name in dict.fromkeys(method_id(m) for m in sweep["methods"]):
+        if name in schedules() and OPERATORS[name].check is not None:
+            out += OPERATORS[name].check(config, sweep, heads_per_kv=r)
     return out
 
 

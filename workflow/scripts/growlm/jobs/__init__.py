@@ -3,7 +3,7 @@
     corpus      download_source, prepare_source, build_level
     tokenizer   fit_tokenizer, encode_split
     train       train_model (the members, M_0), refine
-    grow        grow, vcycle, apollo
+    grow        grow, grow_schedule
     evaluate    evaluate_model, evaluate_ensemble, compare
     profile     profile
 

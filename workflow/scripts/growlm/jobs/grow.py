@@ -1,5 +1,6 @@
-"""Jobs of the growth stage: the members -> M'_1 with an operator or chain, and the two schedules
-that stand in the method list but reuse no small model (the V-cycle, the Apollo-style control).
+"""Jobs of the growth stage: the members -> M'_1 with an operator or chain (`grow`), and the schedules
+that stand in the method list but reuse no small model (`grow_schedule`, which runs what
+`growlm.schedules` registered under the schedule's name).
 
 Every grow job writes the grown model and its record `growth.json` (`growlm.growth_record.Growth`: the
 method, its options, the growth FLOPs and wall time, the members it used with their training cost -
@@ -15,23 +16,18 @@ import torch
 from safetensors.torch import save_file
 
 from growlm.data import BatchSampler
-from growlm.devices import choose_device
 from growlm.errors import GrowlmError, read_json
 from growlm.growth import grow as grow_models, save_grown
 from growlm.growth.moments import grow_moments, inherited_masks
 from growlm.growth_record import Growth
 from growlm.console import log
 from growlm.methods import OPERATORS, chain_needs, growth_names, members_used, method_chain
-from growlm.model import build_model, load_model
+from growlm.model import load_model
 from growlm.optim_state import GROWN_MOMENTS_FILE, MEMBER_MOMENTS_FILE, load_moments, save_grown_moments
 from growlm.profiling.ranges import phase
-from growlm.runner import TrainingJob, run_job
-from growlm.schedules.apollo import apollo_schedule
-from growlm.schedules.vcycle import coalesce, interpolate, vcycle_plan
+from growlm.schedules import RUNNERS
 from growlm.shape import ModelShape
-from growlm.tokenizer import vocab_size
 from growlm.tokens import load_tokens
-from growlm.train_config import TrainConfig, compile_from_env
 
 INHERITED_FILE = "inherited.safetensors"  # bool masks of the inherited entries (need "inherited")
 
@@ -166,74 +162,14 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
     log(f"grew {len(members)} member(s) with {method} into width {n_embd}, depth {n_layer} in {wall:.2f}s")
 
 
-def vcycle(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
-           out_dir, memory_limit_gb: float | None = None, compile: bool | str | None = None) -> None:
-    """The Multi-Level V-cycle as one more arm (it reuses no small model), the authors' recipe
-    (growlm.schedules.vcycle): M_0's own initialisation trained briefly at full size (all warm-up),
-    coalesced, the coarse model trained at a multiple of the rate with a fresh optimizer (with more
-    levels: coalesced again, and back up), de-coalesced and interpolated with the weights from before
-    coalescing; the refinement then trains the large model (its recipe: no re-warm-up). `train`: the
-    large arms' training settings at the reference budget (the shortest of the sweep), whose steps the
-    stages' shares are of; every stage's FLOPs are the growth cost, its ledger kept in the grown
-    folder. `compile`: train.compile, for every stage (each stage's model is compiled once: a run starts
-    from an empty compile cache); None: what the workflow's run says (`COMPILE_ENV`, which the Snakefile
-    sets for every job it starts: how a job runs is never one of its params)."""
-    if compile is None:
-        compile = compile_from_env()
-    k, levels = int(vcycle["factor"]), int(vcycle["levels"])
-    pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
-    base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
-    plan = vcycle_plan(levels=levels, steps=base.steps, stage_share=float(vcycle["stage_share"]),
-                       coarse_share=float(vcycle["coarse_share"]), lr=base.lr,
-                       lr_multiplier=float(vcycle["lr_multiplier"]))
-    model_now = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
-    out_dir = Path(out_dir)
-    before: dict[int, torch.nn.Module] = {}  # each level's weights just before it was coalesced
-    stages, flops, wall, current = [], 0, 0.0, 1
-    for i, stage in enumerate(plan, start=1):
-        level = stage["level"]
-        while current < level:  # down: coalesce into the next level
-            before[current] = model_now
-            model_now = coalesce(model_now.cpu(), factor=k, pairing=pairing, embeddings=embeddings)
-            current += 1
-        if level < current:  # up: de-coalesce into this level, interpolated with its weights from before
-            model_now = interpolate(before[level], model_now.cpu(), float(vcycle["alpha"]), factor=k,
-                                    pairing=pairing, embeddings=embeddings)
-            current = level
-        cfg = base.with_(tokens=stage["steps"] * base.batch_size * base.context, lr=stage["lr"],
-                         warmup_steps=stage["warmup_steps"], seed=base.seed + 7919 * i)
-        job = TrainingJob(cfg, out_dir=out_dir / f"stage{i}_level{level}_{stage['direction']}",
-                          train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
-                          memory_limit_gb=memory_limit_gb,
-                          info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
-        summary = run_job(job, model=model_now)  # trains model_now in place
-        flops += summary["flops"]
-        wall += summary["wall_s"] - summary.get("compile_s", 0.0)  # training time, compilation left out
-        stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
-                       "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L})
-        log(f"V-cycle stage {i}: level {level} ({stage['direction']}), width {stages[-1]['width']}, "
-            f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
-    grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,
-                        embeddings=embeddings)
-    finish(grown, Growth(method="vcycle", chain=["vcycle"], options=vcycle, growth_flops=flops, growth_wall_s=wall,
-                         stages=stages), out_dir, tokenizer_dir=tokenizer_dir)
-    log(f"V-cycle: {levels} levels by {k} ({pairing} pairing), {len(stages)} stages, {flops:.3g} FLOPs; "
-        f"interpolated with alpha {vcycle['alpha']}")
-
-
-def apollo(*, apollo: dict, model: dict, batch_size: int, context: int, weight_decay: float, grad_clip: float,
-           seed: int, train_file, tokenizer_dir, out_dir) -> None:
-    """The Apollo-style progressive control (growlm.schedules.apollo; it reuses no small model): M_0's
-    own initialisation trained with shared layers, sampled depth and growing stages for
-    `apollo["tokens"]` tokens (the growth cost; `growlm.experiment.schedule_settings` resolves them, the
-    rate and the warm-up from the config); refine trains on (growlm.recipes)."""
-    init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
-    grown, summary = apollo_schedule(init, load_tokens(train_file), tokens=int(apollo["tokens"]),
-                                     lr=float(apollo["lr"]), batch_size=batch_size, context=context,
-                                     seed=seed + 15485863, warmup_steps=int(apollo["warmup_steps"]),
-                                     weight_decay=weight_decay, grad_clip=grad_clip,
-                                     stages=apollo.get("stages", "authors"), log=log)
-    out_dir = Path(out_dir)
-    finish(grown, Growth(method="apollo", chain=["apollo"], options=apollo, growth_flops=summary["flops"],
-                         growth_wall_s=summary["wall_s"], stages=summary["stages"]), out_dir, tokenizer_dir=tokenizer_dir)
-    log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")
+def grow_schedule(method: str, settings: dict, *, seed: int, train_file, val_file, tokenizer_dir, out_dir) -> None:
+    """A schedule's grow job: what `growlm.schedules` registered for `method` runs with the settings its
+    description gives (`growlm.experiment.schedule_settings`: its options under its own name) and
+    returns the grown model and its cost, which end the job as every grow job ends (`finish`). No
+    member is used, so none is counted."""
+    if method not in RUNNERS:
+        raise GrowlmError(f"{method!r} is not a schedule growlm can run (known: {', '.join(sorted(RUNNERS))})")
+    grown, cost = RUNNERS[method](**settings, seed=seed, train_file=train_file, val_file=val_file,
+                                  tokenizer_dir=tokenizer_dir, out_dir=Path(out_dir))
+    finish(grown, Growth(method=method, chain=[method], options=settings[method], growth_flops=cost["flops"],
+                         growth_wall_s=cost["wall_s"], stages=cost["stages"]), out_dir, tokenizer_dir=tokenizer_dir)

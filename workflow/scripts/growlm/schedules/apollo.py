@@ -31,12 +31,17 @@ import time
 
 import numpy as np
 import torch
+from growlm.console import log
 from growlm.data import BatchSampler
 from growlm.errors import GrowlmError
 from growlm.families import family_of
 from growlm.flops import shape_flops, train_flops_per_token
 from growlm.loss import lm_loss
+from growlm.model import build_model
+from growlm.schedules.registry import runs
 from growlm.shape import ModelShape
+from growlm.tokenizer import vocab_size
+from growlm.tokens import load_tokens
 
 
 def stage_widths(n_layer: int) -> list[int]:
@@ -155,3 +160,21 @@ def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, b
     summary = {"flops": int(flops), "wall_s": time.perf_counter() - t0, "steps": step,
                "tokens": step * batch_size * context, "stages": record}
     return out.eval(), summary
+
+
+@runs("apollo")
+def run(*, apollo: dict, model: dict, batch_size: int, context: int, weight_decay: float, grad_clip: float,
+        seed: int, train_file, tokenizer_dir, val_file=None, out_dir=None):
+    """The Apollo-style progressive control (`apollo_schedule` above; it reuses no small model): M_0's
+    own initialisation trained with shared layers, sampled depth and growing stages for
+    `apollo["tokens"]` tokens (the growth cost; `growlm.experiment.schedule_settings` resolves them, the
+    rate and the warm-up from the config); refine trains on (growlm.recipes). It evaluates nothing
+    (`val_file`) and leaves nothing beside the grown model (`out_dir`)."""
+    init = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
+    grown, summary = apollo_schedule(init, load_tokens(train_file), tokens=int(apollo["tokens"]),
+                                     lr=float(apollo["lr"]), batch_size=batch_size, context=context,
+                                     seed=seed + 15485863, warmup_steps=int(apollo["warmup_steps"]),
+                                     weight_decay=weight_decay, grad_clip=grad_clip,
+                                     stages=apollo.get("stages", "authors"), log=log)
+    log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")
+    return grown, {"flops": summary["flops"], "wall_s": summary["wall_s"], "stages": summary["stages"]}

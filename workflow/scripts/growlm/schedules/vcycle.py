@@ -1,7 +1,7 @@
 """The Multi-Level V-cycle (Zou, Zhang, Deng, ICLR 2024): a schedule that reuses no small model.
 
 The authors' recipe, as their public GPT-2 example runs it (`example/scripts/multilevel_pretrain.sh`
-and `map_tools/`), which growlm follows by default (`vcycle_plan`, `growlm.jobs.grow.vcycle`):
+and `map_tools/`), which growlm follows by default (`vcycle_plan`, `run`):
 
 1. train the large model briefly (5% of the baseline's steps, all of it warm-up to the peak rate);
 2. coalesce *those* weights into a model `factor` times narrower and shallower, merging head h with
@@ -48,11 +48,20 @@ groups their query heads form; rotary positions act per head, whose size is kept
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from growlm.console import log
+from growlm.devices import choose_device
 from growlm.errors import GrowlmError
 from growlm.growth.algebra import pack, state_dict_of, target_config, unpack
+from growlm.model import build_model
+from growlm.runner import TrainingJob, run_job
+from growlm.schedules.registry import runs
 from growlm.shape import ModelShape
+from growlm.tokenizer import vocab_size
+from growlm.train_config import TrainConfig, compile_from_env
 
 __all__ = ["coalesce", "decoalesce", "interpolate", "vcycle_plan", "PAIRINGS"]
 PAIRINGS = ("stride", "adjacent")
@@ -241,3 +250,58 @@ def vcycle_plan(*, levels: int, steps: int, stage_share: float, coarse_share: fl
         out.append({"level": level, "direction": "up", "steps": max(1, round(stage_share * steps)),
                     "lr": lr * lr_multiplier ** (level - 1), "warmup_steps": 0})
     return out
+
+
+@runs("vcycle")
+def run(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_file, tokenizer_dir,
+        out_dir, memory_limit_gb: float | None = None, compile: bool | str | None = None):
+    """The Multi-Level V-cycle as one more arm (it reuses no small model), the authors' recipe
+    (`vcycle_plan` above): M_0's own initialisation trained briefly at full size (all warm-up),
+    coalesced, the coarse model trained at a multiple of the rate with a fresh optimizer (with more
+    levels: coalesced again, and back up), de-coalesced and interpolated with the weights from before
+    coalescing; the refinement then trains the large model (its recipe: no re-warm-up). `train`: the
+    large arms' training settings at the reference budget (the shortest of the sweep), whose steps the
+    stages' shares are of; every stage's FLOPs are the growth cost, its ledger kept in the grown
+    folder. `compile`: train.compile, for every stage (each stage's model is compiled once: a run starts
+    from an empty compile cache); None: what the workflow's run says (`COMPILE_ENV`, which the Snakefile
+    sets for every job it starts: how a job runs is never one of its params)."""
+    if compile is None:
+        compile = compile_from_env()
+    k, levels = int(vcycle["factor"]), int(vcycle["levels"])
+    pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
+    base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
+    plan = vcycle_plan(levels=levels, steps=base.steps, stage_share=float(vcycle["stage_share"]),
+                       coarse_share=float(vcycle["coarse_share"]), lr=base.lr,
+                       lr_multiplier=float(vcycle["lr_multiplier"]))
+    model_now = build_model(seed=seed, vocab_size=vocab_size(tokenizer_dir), **model)
+    out_dir = Path(out_dir)
+    before: dict[int, torch.nn.Module] = {}  # each level's weights just before it was coalesced
+    stages, flops, wall, current = [], 0, 0.0, 1
+    for i, stage in enumerate(plan, start=1):
+        level = stage["level"]
+        while current < level:  # down: coalesce into the next level
+            before[current] = model_now
+            model_now = coalesce(model_now.cpu(), factor=k, pairing=pairing, embeddings=embeddings)
+            current += 1
+        if level < current:  # up: de-coalesce into this level, interpolated with its weights from before
+            model_now = interpolate(before[level], model_now.cpu(), float(vcycle["alpha"]), factor=k,
+                                    pairing=pairing, embeddings=embeddings)
+            current = level
+        cfg = base.with_(tokens=stage["steps"] * base.batch_size * base.context, lr=stage["lr"],
+                         warmup_steps=stage["warmup_steps"], seed=base.seed + 7919 * i)
+        job = TrainingJob(cfg, out_dir=out_dir / f"stage{i}_level{level}_{stage['direction']}",
+                          train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
+                          memory_limit_gb=memory_limit_gb,
+                          info={"role": f"vcycle stage {i}: level {level} {stage['direction']}"})
+        summary = run_job(job, model=model_now)  # trains model_now in place
+        flops += summary["flops"]
+        wall += summary["wall_s"] - summary.get("compile_s", 0.0)  # training time, compilation left out
+        stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
+                       "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L})
+        log(f"V-cycle stage {i}: level {level} ({stage['direction']}), width {stages[-1]['width']}, "
+            f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
+    grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,
+                        embeddings=embeddings)
+    log(f"V-cycle: {levels} levels by {k} ({pairing} pairing), {len(stages)} stages, {flops:.3g} FLOPs; "
+        f"interpolated with alpha {vcycle['alpha']}")
+    return grown, {"flops": flops, "wall_s": wall, "stages": stages}
