@@ -9,6 +9,7 @@ import math
 
 import pytest
 import yaml
+from snakemake.utils import validate
 
 from conftest import REPO
 from growlm.errors import GrowlmError
@@ -27,6 +28,7 @@ def config(**changes) -> dict:
     for key, value in changes.items():
         out[key] = value
     out.setdefault("grow", {}).setdefault("options", {})
+    validate(out, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # the schema's defaults, as the Snakefile
     return out
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from snakemake.utils import validate
 
 from conftest import REPO
 from growlm.errors import GrowlmError
@@ -108,6 +109,7 @@ def test_a_schedules_grow_params_and_refinement_come_from_its_description(toy_sc
     from growlm.experiment import refine_settings, schedule_settings
 
     config = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # its defaults, as the Snakefile
     config["toy"] = {"scale": 2}
     assert schedule_settings(config, "toy", n_embd=32, n_layer=2, seed=0) == {
         "model": {**schedule_settings(config, "apollo", n_embd=32, n_layer=2, seed=0)["model"]},
@@ -126,6 +128,7 @@ def test_a_schedule_checks_the_sweep_only_when_it_stands_in_it():
     from growlm.validate import _schedule_problems
 
     config = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # its defaults, as the Snakefile
     config["vcycle"]["levels"] = 5  # 16 times narrower: not whole heads at the default widths
     config["methods"] = ["msg", ["msg", "vcycle"]]  # a chained schedule is refused elsewhere, not checked here
     assert _schedule_problems(config, normalise_sweep(config)) == []

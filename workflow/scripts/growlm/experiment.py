@@ -112,7 +112,7 @@ def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
     m = config["model"]
     out = dict(n_embd=int(n_embd), n_layer=int(n_layer), n_positions=m["context"], head_dim=m["head_dim"],
                tie_word_embeddings=m["tie_embeddings"])
-    family = m.get("family", DEFAULT_FAMILY)
+    family = m["family"]
     if family != DEFAULT_FAMILY:  # the default family's settings stay what they were before there were families
         out["family"] = family
         for key, default in family_spec(family).settings.items():
@@ -273,9 +273,9 @@ def level_names(config: dict) -> list[str]:
 def arm_levels(config: dict) -> dict:
     """{"members": [...], "large": [...], "evaluate": name}: the levels each arm trains on and the one
     whose test split the comparison reports (default: the first of the large arms')."""
-    levels = config.get("levels") or {}
-    members = [str(v) for v in _as_list(levels.get("members", [0]))]
-    large = [str(v) for v in _as_list(levels.get("large", [1]))]
+    levels = config["levels"]
+    members = [str(v) for v in _as_list(levels["members"])]
+    large = [str(v) for v in _as_list(levels["large"])]
     evaluate = levels.get("evaluate")
     return {"members": members, "large": large, "evaluate": str(evaluate) if evaluate is not None else large[0]}
 

@@ -211,8 +211,8 @@ def _apollo_settings(config: dict, *, model: dict, seed: int, reference: int, lr
     the sweep), at the large arms' first rate, warmed up over 2.5% of M_0's steps there (the authors)."""
     ap, t = config["apollo"], config["train"]
     batch, context = int(t["large"]["batch_size"]), int(config["model"]["context"])
-    schedule = {"tokens": int(ap.get("tokens") or round(float(ap.get("share", 0.25)) * reference)),
-                "stages": ap.get("stages", "authors"), "lr": float(ap.get("lr") or lr),
+    schedule = {"tokens": int(ap.get("tokens") or round(float(ap["share"]) * reference)),
+                "stages": ap["stages"], "lr": float(ap.get("lr") or lr),
                 "warmup_steps": int(ap["warmup_steps"] if ap.get("warmup_steps") is not None
                                     else max(1, round(0.025 * reference / (batch * context))))}
     return {"apollo": schedule, "model": model, "batch_size": batch, "context": context,

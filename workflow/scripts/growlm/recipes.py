@@ -93,11 +93,13 @@ def refine_recipe(config: dict, method: str, settings: dict) -> dict:
     spec = OPERATORS.get(method)
     if spec is not None and spec.axis == SCHEDULE and "final_share" in spec.options:
         # the schedule's last stage: a share of the budget (its config section's), no re-warm-up by default
-        section = config.get(method) or {}
-        share = float(section.get("final_share", spec.options["final_share"]))
+        # the schedule's options: its description's defaults under its config section (a schedule that
+        # has no config section, as one registered by a test, runs on its description's alone)
+        opts = {**spec.options, **(config.get(method) or {})}
+        share = float(opts["final_share"])
         out["tokens"] = max(1, int(round(share * int(settings["tokens"]))))
         steps = out["tokens"] // (int(settings["batch_size"]) * int(settings["context"]))
-        out["warmup_steps"] = int(round(float(section.get("final_warmup", 0)) * steps))
+        out["warmup_steps"] = int(round(float(opts.get("final_warmup", 0)) * steps))
     if "lemon" in chain and "decay_share" not in (config["train"].get("refine") or {}):
         out["decay_share"] = float(LEMON_DECAY_SHARE)
     return out

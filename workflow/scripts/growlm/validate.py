@@ -40,7 +40,7 @@ import yaml
 from growlm.errors import GrowlmError, package_env
 from growlm.experiment import (arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
                                plugin_files, refine_steps, trunk_tokens)
-from growlm.family_specs import DEFAULT_FAMILY, FAMILY_SPECS, family_spec
+from growlm.family_specs import FAMILY_SPECS, family_spec
 from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
 from growlm.live import tracker_problems
@@ -243,7 +243,7 @@ def _head_problems(config: dict, sweep: dict) -> list[str]:
     m = config["model"]
     head_dim = m["head_dim"]
     out = []
-    spec = family_spec(m.get("family", DEFAULT_FAMILY))
+    spec = family_spec(m["family"])
     owners = {}  # the settings of other families that this one does not take: the first family that does
     for other in FAMILY_SPECS.values():
         for key in other.settings:
@@ -318,7 +318,7 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
         chain = method_chain(m)
         if is_schedule(chain[0]):
             continue
-        family = config["model"].get("family", DEFAULT_FAMILY)
+        family = config["model"]["family"]
         for name in chain:
             if name in OPERATORS and family not in OPERATORS[name].families:
                 out.append(f"methods: {method_id(m)}: {name} works on {', '.join(OPERATORS[name].families)} models, "
@@ -380,7 +380,7 @@ def _budget_problems(config: dict, sweep: dict) -> list[str]:
 def _schedule_problems(config: dict, sweep: dict) -> list[str]:
     """Each schedule of the sweep checks the sweep with its description's `check` (growlm.methods)."""
     out = []
-    r = config["model"].get("heads_per_kv") or (family_spec(config["model"].get("family", DEFAULT_FAMILY))
+    r = config["model"].get("heads_per_kv") or (family_spec(config["model"]["family"])
                                                .settings.get("heads_per_kv", 1))
     for name in dict.fromkeys(method_id(m) for m in sweep["methods"]):
         if name in schedules() and OPERATORS[name].check is not None:

@@ -175,6 +175,6 @@ def run(*, apollo: dict, model: dict, batch_size: int, context: int, weight_deca
                                      lr=float(apollo["lr"]), batch_size=batch_size, context=context,
                                      seed=seed + 15485863, warmup_steps=int(apollo["warmup_steps"]),
                                      weight_decay=weight_decay, grad_clip=grad_clip,
-                                     stages=apollo.get("stages", "authors"), log=log)
+                                     stages=apollo["stages"], log=log)
     log(f"Apollo schedule: {summary['steps']} steps in {len(summary['stages'])} stages, {summary['flops']:.3e} FLOPs")
     return grown, {"flops": summary["flops"], "wall_s": summary["wall_s"], "stages": summary["stages"]}
