@@ -116,7 +116,7 @@ def test_every_config_snippet_of_the_manual_is_valid_config(page, block):
     """A snippet a reader copies into a config file, on top of config/config.yaml, passes the schema."""
     import yaml
 
-    from growlm.validate import schema_problems
+    from growlm.config_values import schema_problems
 
     base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())

@@ -18,7 +18,8 @@ from growlm.interrupted import interrupted_run_notice
 from growlm.sources import hub_problem
 from growlm.tasks import task_problems
 from growlm.train_config import export_compile
-from growlm.validate import check_plugin_operators, experiment_warnings
+from growlm.sizing import experiment_warnings
+from growlm.validate import check_plugin_operators
 
 # train.compile for the jobs that train outside a training rule's params (a schedule's stages in the grow
 # job, growlm.jobs.grow.grow_schedule): how a job runs, inherited through the environment, never a rerun trigger
@@ -39,7 +40,7 @@ def preflight():
     - outputs of a finished run that are gone are said to be made again (they are targets of `all`);
       `--report` stops instead of describing models that no longer exist;
     - settings changed since the folder's last finished run, and legal but surprising values
-      (growlm.validate.experiment_warnings), are printed as warnings."""
+      (growlm.sizing.experiment_warnings), are printed as warnings."""
     forced = set(COMMAND["targets"]) if {"force", "forceall"} & set(COMMAND["given"]) else set()
     damaged = [(path, why) for path, why in outputs.damaged_files(R) if hints.rebuild_target(path) not in forced]
     if damaged:

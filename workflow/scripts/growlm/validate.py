@@ -2,12 +2,13 @@
 
 The workflow calls `check_config` while Snakemake parses the Snakefile (torch-free), at every run:
 
-1. `coerce`: values given on the command line arrive as strings (`--config 'model={head_dim: 32}'`
-   gives '32') or as floats (`budgets=1e6`, `d0=64.0`); they are read as YAML and turned into the
-   type the schema asks for, so a whole number written as a float is that number.
-2. `schema_problems`: the JSON schema (`workflow/schemas/config.schema.yaml`), each problem as one line
-   naming the key, the value and what would work (the allowed range or values, a close key name).
-3. `experiment_problems`: what the schema cannot say: head sizes, sizes that growth cannot reach,
+1. `coerce` (growlm.config_values): values given on the command line arrive as strings (`--config
+   'model={head_dim: 32}'` gives '32') or as floats (`budgets=1e6`, `d0=64.0`); they are read as YAML and
+   turned into the type the schema asks for, so a whole number written as a float is that number.
+2. `schema_problems` (growlm.config_values): the JSON schema (`workflow/schemas/config.schema.yaml`), each
+   problem as one line naming the key, the value and what would work (the allowed range or values, a
+   close key name).
+3. `experiment_problems` (here): what the schema cannot say: head sizes, sizes that growth cannot reach,
    every growth chain of the sweep with each operator's own constraints and option names
    (`growlm.methods`), ramps longer than the shortest refinement, budgets smaller than one batch,
    the V-cycle's factor, the reading levels each arm names, the sources, whose local data
@@ -15,7 +16,8 @@ The workflow calls `check_config` while Snakemake parses the Snakefile (torch-fr
    trackers of `train.log_to`, which must be installed. (The benchmark tasks of `evaluate.tasks`
    are checked against lm-evaluation-harness by the workflow, `growlm.tasks.task_problems`.)
 
-All problems are reported together in one `GrowlmError`, one line each.
+All problems are reported together in one `GrowlmError`, one line each. What the corpus says about the
+members' shards and what the sweep would cost are in `growlm.sizing` (its warnings come at the dry run).
 
 The plugin operators of `grow.plugins` are checked later, before the first job (Snakemake's
 `onstart`): `check_plugin_operators` grows tiny random members with each of them in a child Python
@@ -27,216 +29,31 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
-import jsonschema
-import numpy as np
 import yaml
 
+from growlm.config_values import coerce, coerce_options, schema_problems
 from growlm.errors import GrowlmError, package_env
-from growlm.experiment import (arm_levels, grow_settings, level_dir, model_settings, normalise_sweep,
+from growlm.experiment import (arm_levels, grow_settings, model_settings, normalise_sweep,
                                plugin_files, refine_steps, trunk_tokens)
 from growlm.family_specs import FAMILY_SPECS, family_spec
-from growlm.flops import matmul_params, train_flops_per_token
 from growlm import pretrained
 from growlm.live import tracker_problems
 from growlm.methods import (OPERATORS, check_options, is_schedule, method_chain, method_id, methods,
-                            needs_single_member_control, plan_chain, schedules)
-from growlm.outputs import name_problems, results_dir
+                            plan_chain, schedules)
+from growlm.outputs import name_problems
 from growlm.plugins import declare
 from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
+from growlm.sizing import shard_problems
 from growlm.sources import kind as sources_kind, local_files
 
-
 # ----------------------------------------------------------------------------------------------
-# 1. command-line values as the schema's types
-# ----------------------------------------------------------------------------------------------
-
-def _parse_scalar(text: str):
-    """'32' -> 32, '1e6' -> 1000000.0, 'true' -> True, '[32, 64]' -> [32, 64], 'msg' -> 'msg'."""
-    for parse in (int, float):
-        try:
-            return parse(text)
-        except ValueError:
-            pass
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def _types(schema: dict) -> set[str]:
-    t = schema.get("type", ())
-    return {t} if isinstance(t, str) else set(t)
-
-
-def coerce(value, schema: dict, defs: dict):
-    """`value` turned into what `schema` asks for where it can be (a copy; the original otherwise)."""
-    if "$ref" in schema:
-        schema = {**defs[schema["$ref"].rpartition("/")[2]], **{k: v for k, v in schema.items() if k != "$ref"}}
-    for key in ("oneOf", "anyOf"):
-        if key in schema:
-            for option in schema[key]:
-                candidate = coerce(value, option, defs)
-                if _valid(candidate, option, defs):
-                    return candidate
-            return value
-    types = _types(schema)
-    if isinstance(value, str) and types & {"integer", "number", "boolean", "null", "array", "object"}:
-        parsed = _parse_scalar(value)
-        if not isinstance(parsed, str):
-            value = parsed
-    if isinstance(value, float) and "integer" in types and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and "number" in types and "integer" not in types:
-        value = float(value)
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
-        return {k: coerce(v, props[k], defs) if k in props else (coerce(v, extra, defs) if isinstance(extra, dict)
-                                                                 else v) for k, v in value.items()}
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [coerce(v, schema["items"], defs) for v in value]
-    return value
-
-
-def _valid(value, schema: dict, defs: dict) -> bool:
-    return jsonschema.Draft202012Validator({**schema, "$defs": defs}).is_valid(value)
-
-
-def coerce_options(options: dict) -> dict:
-    """`grow.options` values as the types of each operator's defaults ('0.1' -> 0.1, '100' -> 100)."""
-    out = {}
-    for name, opts in options.items():
-        spec = OPERATORS.get(name)
-        if spec is None or not isinstance(opts, dict):
-            out[name] = opts
-            continue
-        fixed = {}
-        for key, value in opts.items():
-            default = spec.options.get(key)
-            if isinstance(value, str) and (default is None or isinstance(default, (bool, int, float))):
-                parsed = _parse_scalar(value)
-                value = parsed if default is None or type(parsed) in (type(default), int) else value
-            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            fixed[key] = value
-        out[name] = fixed
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. the schema, one line per problem
-# ----------------------------------------------------------------------------------------------
-
-def _values(schema: dict, defs: dict) -> str:
-    """The values a (sub)schema allows, in words: 'an integer >= 1', "'gstack'", 'a list of ...'."""
-    if "$ref" in schema:
-        schema = defs[schema["$ref"].rpartition("/")[2]]
-    if "const" in schema:
-        return repr(schema["const"])
-    if "enum" in schema:
-        return "one of " + ", ".join(map(str, schema["enum"]))
-    if "oneOf" in schema:
-        return " or ".join(v for v in (_values(s, defs) for s in schema["oneOf"]) if v)
-    types = sorted(_types(schema))
-    if types == ["array"] and "items" in schema:
-        return f"a list of ({_values(schema['items'], defs)})"
-    bounds = [f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else None,
-              f">= {schema['minimum']}" if "minimum" in schema else None,
-              f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else None,
-              f"<= {schema['maximum']}" if "maximum" in schema else None]
-    return " ".join(x for x in ["/".join(types), *[b for b in bounds if b]] if x)
-
-
-def _hint(schema: dict, defs: dict) -> str:
-    """What would work, from the (sub)schema: allowed values or range, the description, the default."""
-    if "$ref" in schema:
-        schema = defs[schema["$ref"].rpartition("/")[2]]
-    parts = [_values(schema, defs)]
-    if schema.get("description"):
-        parts.append(str(schema["description"]).strip())
-    if "default" in schema:
-        parts.append(f"default {schema['default']!r}")
-    return "; ".join(p for p in parts if p)
-
-
-def _key(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(the config)"
-
-
-def _repeated(values: list) -> list:
-    """The values that occur more than once in `values`, in order of first occurrence."""
-    seen, out = [], []
-    for v in values:
-        if v in seen and v not in out:
-            out.append(v)
-        seen.append(v)
-    return out
-
-
-# keys that growlm once read, with what replaced them: such a key gets this line, not "unknown key"
-REMOVED = {
-    "grow.optimizer_state": "removed: the carry-over of the members' AdamW moments is the `carry` refinement "
-                            "operator now; put it in the method's chain (methods: [[msg, carry]])",
-}
-
-
-def schema_problems(config: dict, schema: dict) -> list[str]:
-    """Every place where `config` breaks `schema`, as 'key = value: what is wrong; what would work'."""
-    defs = schema.get("$defs", {})
-    validator = jsonschema.Draft202012Validator(schema)
-    problems = []
-    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        where = _key(err.absolute_path)
-        if err.validator == "additionalProperties":
-            allowed = sorted(err.schema.get("properties", {}))
-            extra = [k for k in err.instance if k not in allowed] if isinstance(err.instance, dict) else []
-            for k in extra:
-                key = f"{where}.{k}" if err.absolute_path else k
-                if key in REMOVED:
-                    problems.append(f"{key}: {REMOVED[key]}")
-                    continue
-                near = difflib.get_close_matches(k, allowed, n=1)
-                why = f"; {err.schema['description'].strip()}" if err.schema.get("description") else ""
-                problems.append(f"{key}: unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
-                                + f" (known here: {', '.join(allowed)}){why}")
-            continue
-        if err.validator == "required":
-            problems.append(f"{where}: {err.message}")
-            continue
-        if isinstance(err.instance, list) and err.validator in ("oneOf", "minItems", "uniqueItems"):
-            # command-line items arrive as text ('32'): read them as the numbers they are
-            values = [_parse_scalar(v) if isinstance(v, str) else v for v in err.instance]
-            repeated = _repeated(values)
-            if not values:
-                problems.append(f"{where} = []: an empty list; give at least one value")
-                continue
-            if repeated:
-                problems.append(f"{where} = {values!r}: {', '.join(map(repr, repeated))} "
-                                f"{'appears' if len(repeated) == 1 else 'appear'} more than once; list each value "
-                                f"once (a duplicate would train the same models twice)")
-                continue
-        hint = _hint(err.schema, defs)
-        shown = err.instance  # command-line values arrive as text ('-5'): shown as the values they are
-        if isinstance(shown, str):
-            shown = _parse_scalar(shown)
-        elif isinstance(shown, list):
-            shown = [_parse_scalar(v) if isinstance(v, str) else v for v in shown]
-        problems.append(f"{where} = {shown!r}: not allowed" + (f"; expected {hint}" if hint else ""))
-    return problems
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. the experiment
+# the experiment
 # ----------------------------------------------------------------------------------------------
 
 def _head_problems(config: dict, sweep: dict) -> list[str]:
@@ -459,141 +276,11 @@ def _location_problems(where: str, kind: str, spec: str, path: Path | str) -> li
     return []
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. against the corpus: shards, and what a run would cost
-# ----------------------------------------------------------------------------------------------
-
-BYTES_PER_TOKEN = 4.0  # prose under a byte-level BPE of a few thousand tokens (the bundled books: 3.6 to 4.3)
-TRAIN_SHARE_DEFAULT = 0.9
-MAX_EPOCHS_QUIET = 20  # a member that reads its text more often than this is worth a warning
-
-
-def _member_tokens(config: dict, resolve_source: Callable[[dict], Path | str | None]) -> tuple[int | None, bool]:
-    """(tokens of the members' training split, exact?): counted in the token file when an earlier run
-    built it, else estimated from the local sources' sizes (None when a source is a download or a Hub
-    dataset, whose size is not known before it is read)."""
-    levels = arm_levels(config)["members"]
-    built = Path(results_dir(config["experiment"])) / "tokens" / level_dir(levels) / "train.npy"
-    if built.is_file():
-        try:
-            return int(np.load(built, mmap_mode="r").shape[0]), True
-        except (OSError, ValueError):
-            pass
-    total = 0
-    for s in config["corpus"]["sources"]:
-        if str(s["level"]) not in levels:
-            continue
-        path = resolve_source(s)
-        if path is None:
-            return None, False
-        files = [Path(path)] if Path(path).is_file() else local_files(str(path))
-        total += sum(f.stat().st_size for f in files if f.is_file())
-    c = config["corpus"]
-    share = 1 - c["val_fraction"] - c["test_fraction"]
-    return int(total * share / BYTES_PER_TOKEN), False
-
-
-def _shard_problems(config: dict, resolve_source: Callable[[dict], Path | str | None]) -> list[str]:
-    members = config["members"]
-    if members["data"] != "shards":
-        return []
-    tokens, exact = _member_tokens(config, resolve_source)
-    if tokens is None:
-        return []
-    k, window = members["shards"], config["model"]["context"] + 1
-    # an estimate may be 4x off, so only what cannot work even at one byte a token is an error
-    bound = tokens if exact else int(tokens * BYTES_PER_TOKEN)
-    if bound // k < window:
-        most = max(1, bound // window)
-        return [f"members.shards = {k}: each member would read {'' if exact else 'at most '}{bound // k} tokens of the "
-                f"members' text ({'counted' if exact else 'estimated'}: {bound} tokens in all), fewer than one training "
-                f"window of {window} (model.context + 1); use at most {most} shards"]
-    return []
-
-
-def experiment_warnings(config: dict, sweep: dict, resolve_source: Callable[[dict], Path | str | None],
-                        results: str) -> list[str]:
-    """Legal but surprising values, one line each (printed in the terminal before any job): downloads
-    taken unchecked, members that would read their shard many times over, and an experiment too large
-    for the machine it is about to run on."""
-    out = []
-    for i, s in enumerate(config["corpus"]["sources"]):
-        if s.get("url") and s.get("sha256") == "skip":
-            out.append(f"corpus.sources[{i}] ({s['name']}): sha256: skip - {s['url']} is taken without a check")
-    members = config["members"]
-    if members["data"] == "shards":
-        tokens, exact = _member_tokens(config, resolve_source)
-        budget = int(config["train"]["small"]["tokens"]) - trunk_tokens(config)
-        if tokens:
-            per = max(1, tokens // members["shards"])
-            if budget / per > MAX_EPOCHS_QUIET:
-                out.append(f"members.shards = {members['shards']}: each member's shard holds {'' if exact else 'about '}"
-                           f"{per} tokens ({'counted' if exact else 'estimated from the sources'}), so its budget of "
-                           f"{budget} tokens reads it about {budget / per:.0f} times; fewer shards give each more text")
-    out += _cost_warnings(config, sweep)
-    return out
-
-
-def _gpu_here() -> bool:
-    """An NVIDIA GPU on this machine (torch-free: the driver's files or nvidia-smi)."""
-    return Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir()) or bool(
-        shutil.which("nvidia-smi") and Path("/dev/nvidia0").exists())
-
-
-CPU_FLOPS = 1e11  # float32 training on a fast many-core CPU, per second (2 cores: about 6e10)
-WARN_CPU_HOURS = 4.0
-
-
-def sweep_training_flops(config: dict, sweep: dict) -> tuple[float, int]:
-    """(training FLOPs of every model of the sweep, the largest model's matrix-multiply weights):
-    members, M_0 and one refinement per method, at every budget, rate and seed (growth and evaluation
-    left out)."""
-    vocab, context = config["tokenizer"]["vocab_size"], config["model"]["context"]
-    runs = len(sweep["seeds"]) * len(sweep["lrs"])
-    total, largest = 0.0, 0
-    for d0, L0, n in itertools.product(sweep["d0"], sweep["L0"], sweep["n"]):
-        per = train_flops_per_token(n_embd=d0, n_layer=L0, vocab_size=vocab, context=context)
-        total += per * int(config["train"]["small"]["tokens"]) * n * len(sweep["seeds"])
-    for d1, L1 in itertools.product(sweep["d1"], sweep["L1"]):
-        per = train_flops_per_token(n_embd=d1, n_layer=L1, vocab_size=vocab, context=context)
-        largest = max(largest, matmul_params(n_embd=d1, n_layer=L1, vocab_size=vocab))
-        grown = [method_id(m) for m in sweep["methods"]]
-        if config["controls"]["single_member"]:
-            grown += [m for m in grown if needs_single_member_control(m)]
-        arms = 1 + len(grown) * len(sweep["d0"]) * len(sweep["L0"]) * len(sweep["n"])
-        total += per * sum(sweep["budgets"]) * runs * arms
-    return total, largest
-
-
-def _cost_warnings(config: dict, sweep: dict) -> list[str]:
-    if _gpu_here():
-        return []
-    out = []
-    if config["resources"].get("gpu"):
-        out.append(f"resources.gpu = {config['resources']['gpu']}, but this machine has no NVIDIA GPU: every job "
-                   f"trains on the CPU")
-    flops, largest = sweep_training_flops(config, sweep)
-    hours = flops / CPU_FLOPS / 3600
-
-    def duration(h: float) -> str:
-        return f"{h / 24:.0f} days" if h > 48 else f"{h:.0f} hours"
-
-    if hours > WARN_CPU_HOURS:
-        hub = [f"{s.get('max_rows') or 'all'} rows of {s['hf']}" for s in config["corpus"]["sources"]
-               if s.get("hf") and not Path(s["hf"]).is_dir()]
-        out.append(f"this experiment trains about {flops:.1e} FLOPs (its large models have {largest / 1e6:.0f}M "
-                   f"matrix weights) and this machine has no GPU: about {duration(hours)} at {CPU_FLOPS:.0e} FLOP/s, "
-                   f"a fast CPU's float32 rate ({duration(hours * CPU_FLOPS / 6e10)} on 2 cores)"
-                   + (f"; it also reads {', '.join(hub)} from the Hugging Face Hub" if hub else "")
-                   + ". Stop it with Ctrl-C if that is not what you meant")
-    return out
-
-
 def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dict], Path | None]) -> list[str]:
     """What the schema cannot say (see the module docstring), one line per problem."""
     out = name_problems(config["experiment"])
     out += _head_problems(config, sweep) + _size_problems(sweep) + _corpus_problems(config, resolve_source)
-    out += _shard_problems(config, resolve_source)
+    out += shard_problems(config, resolve_source)
     out += _method_problems(config, sweep)
     out += _budget_problems(config, sweep) + _schedule_problems(config, sweep)
     out += tracker_problems((config.get("train") or {}).get("log_to"))
@@ -688,7 +375,7 @@ def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. the plugin operators, before the first job
+# the plugin operators, before the first job
 # ----------------------------------------------------------------------------------------------
 
 def plugin_checks(config: dict, sweep: dict) -> list[dict]:
