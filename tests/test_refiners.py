@@ -133,7 +133,7 @@ def test_neither_the_grow_job_nor_the_chain_check_names_a_refiner():
 
     names = {n for n, spec in OPERATORS.items() if spec.axis == REFINE}
     package = REPO / "workflow" / "scripts" / "growlm"
-    for path in (package / "jobs" / "grow.py", package / "methods.py"):
+    for path in (package / "jobs" / "grow.py", *sorted((package / "methods").glob("*.py"))):
         tree = ast.parse(path.read_text())
         described = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call)
                      and getattr(call.func, "id", "") == "OperatorSpec" and call.args}
