@@ -15,7 +15,8 @@ import torch
 
 from growlm.errors import GrowlmError
 from growlm.growth import GrownModel, grow
-from growlm.growth.algebra import RMSNormFloat64, _Axis, copy_noise, float64_norms, kv_plan, regrouped_heads
+from growlm.growth.algebra import RMSNormFloat64, float64_norms
+from growlm.growth.width import _Axis, copy_noise, kv_plan, regrouped_heads
 from growlm.model import build_model
 from growlm.shape import ModelShape, regrouped_r
 

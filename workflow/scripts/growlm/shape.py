@@ -39,7 +39,7 @@ def regrouped_r(n: int, h0: int, r: int, h1: int) -> int:
     """Query heads per key/value head of h1 query heads grown from n members of h0 heads, r per key/value
     head: r when h1 is whole groups of r; else the largest r' <= r dividing h1 such that each member's
     source group fits in whole groups of r' (ceil(r / r') of them), its key/value head duplicated for
-    each (growlm.growth.algebra.regrouped_heads); r' = 1 always fits."""
+    each (growlm.growth.width.regrouped_heads); r' = 1 always fits."""
     if h1 % r == 0:
         return r
     for r_new in range(min(r, h1), 1, -1):

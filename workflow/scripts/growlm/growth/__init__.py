@@ -19,7 +19,8 @@ family-neutral weight form of `growlm.families`, so on GPT-2 and Llama models al
     members   msg_members, merge (weight matching, averaging)
     learned   ligo, mango
     masked    GrownModel, the model with growth masks and grouped norms (msg, msg_members, concat)
-    algebra   the weight form's tools, the width engine, the depth plans
+    algebra   the weight form's tools, target configs, the depth plans
+    width     the width engine (WidthPlan, WidthEngine, tile plans, key/value head placement)
     registry  the implementations by name; `implements`, `register_operator`
     chain     grow(), save_grown, load_grown
     moments   optimizer-state carry-over (the linear part of an operator, applied to AdamW moments)

@@ -24,8 +24,9 @@ row u, tiled together; rotary positions act per head, whose size is kept.
 from __future__ import annotations
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import WidthEngine, generator, pack, single_tile_plan, target_config, unpack
+from growlm.growth.algebra import generator, pack, target_config, unpack
 from growlm.growth.registry import implements
+from growlm.growth.width import WidthEngine, single_tile_plan
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape
 

@@ -38,10 +38,10 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import (WidthEngine, generator, mlp_width, norm_eps, pack, target_config, tile_plan,
-                                  unpack)
+from growlm.growth.algebra import generator, mlp_width, norm_eps, pack, target_config, unpack
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
+from growlm.growth.width import WidthEngine, tile_plan
 from growlm.methods import OPERATORS
 from growlm.shape import ModelShape
 

@@ -53,9 +53,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from growlm.errors import GrowlmError
 from growlm.families import materialise_buffers
 from growlm.flops import model_train_flops_per_token
-from growlm.growth.algebra import (BLOCK_KEYS, empty_model, generator, kv_plan, load_into, mlp_width, state_dict_of,
-                                  target_config, tile_plan, unpack)
+from growlm.growth.algebra import (BLOCK_KEYS, empty_model, generator, load_into, mlp_width, state_dict_of,
+                                  target_config, unpack)
 from growlm.growth.registry import implements
+from growlm.growth.width import kv_plan, tile_plan
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
 

@@ -22,9 +22,9 @@ square and break the norm, so there the residue coordinates hold 0 instead (writ
 residue columns zero). The mean square of the grown residual is then s = k d0 / d1 times the
 source's, and RMSNorm stays exact with gamma' = sqrt(s) * tiled gamma and eps' = s * eps: the same
 rescaling as LayerNorm's, for the same reason (the normaliser scales by sqrt(s)). Heads are copied
-in whole groups of r query heads with their key/value head (`growlm.growth.algebra.kv_plan`); a width
+in whole groups of r query heads with their key/value head (`growlm.growth.width.kv_plan`); a width
 whose heads are not whole groups of r gets duplicated key/value heads instead, fewer query heads per
-key/value head (`growlm.growth.algebra.regrouped_heads`: 6 heads on 2 key/value heads grown to 8 give
+key/value head (`growlm.growth.width.regrouped_heads`: 6 heads on 2 key/value heads grown to 8 give
 4 key/value heads, each source key/value head twice), still exact.
 """
 
@@ -33,9 +33,10 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import (WRITER_KEYS, WidthEngine, generator, insertion_plan, mlp_width, norm_eps, pack,
-                                  target_config, tile_plan, unpack)
+from growlm.growth.algebra import (WRITER_KEYS, generator, insertion_plan, mlp_width, norm_eps, pack, target_config,
+                                  unpack)
 from growlm.growth.registry import implements
+from growlm.growth.width import WidthEngine, tile_plan
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
 

@@ -16,7 +16,7 @@ and their key/value heads the first g0, so old query head i still reads old key/
 (r is kept: h1 = d1 / dh, g1 = h1 / r); new query heads may read old or new key/value heads, but their
 outputs are masked. Rotary positions need nothing: the head size is kept, so each old head rotates
 as before. A width whose heads are not whole groups of r (6 heads on 2 key/value heads grown to 8)
-duplicates key/value heads instead (`growlm.growth.algebra.regrouped_heads`: there 4 key/value heads,
+duplicates key/value heads instead (`growlm.growth.width.regrouped_heads`: there 4 key/value heads,
 2 query heads each): each source group's heads take the first positions of its run of query heads,
 the new heads the rest, and every key/value head copies its group's, so each old query head reads
 a copy of its own key/value head.
@@ -31,10 +31,10 @@ import math
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import (_occurrence_rank, generator, init_std as family_std, insertion_plan, kv_plan, pack,
-                                  regrouped_heads, target_config, unpack)
+from growlm.growth.algebra import generator, init_std as family_std, insertion_plan, pack, target_config, unpack
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import implements
+from growlm.growth.width import _occurrence_rank, kv_plan, regrouped_heads
 from growlm.methods import check_heads
 from growlm.shape import ModelShape
 
@@ -44,7 +44,7 @@ _HEAD_KEYS = ("q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w")  # what `_place_h
 
 def _regrouped(s: ModelShape, h1: int):
     """Where the source's heads go when h1 is not whole groups of its r query heads per key/value head
-    (`growlm.growth.algebra.regrouped_heads`): (old (h1,) bool: the position holds a source head, the
+    (`growlm.growth.width.regrouped_heads`): (old (h1,) bool: the position holds a source head, the
     source head's channels at those positions, the source key/value channels of every new key/value
     channel). Each source group's heads come first in its run of positions, then new heads."""
     mem, src, r_new = regrouped_heads(1, s.h, s.r, h1)

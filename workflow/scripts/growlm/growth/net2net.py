@@ -15,7 +15,7 @@ mapping="cyclic" (then it equals HyperCloning). Registered as not exact.
 Llama family: the same, with RMSNorm (uneven copies change the mean square as they change LayerNorm's
 statistics: exact only with mapping="cyclic" and d1 a multiple of d0), heads mapped in whole groups
 of r query heads with their key/value head (a group copies a random source group; a width whose heads
-are not whole groups duplicates key/value heads instead: `growlm.growth.algebra.regrouped_heads`), and
+are not whole groups duplicates key/value heads instead: `growlm.growth.width.regrouped_heads`), and
 the gated MLP's gate columns copied with the up columns.
 
 Depth: Net2Net is width only (chain 'zero_block' for its identity-layer deepening). FPI and AKI
@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 
 from growlm.errors import GrowlmError
-from growlm.growth.algebra import (WidthEngine, WidthPlan, generator, mlp_width, pack, regrouped_heads, target_config,
-                                  unpack)
+from growlm.growth.algebra import generator, mlp_width, pack, target_config, unpack
 from growlm.growth.registry import implements
+from growlm.growth.width import WidthEngine, WidthPlan, regrouped_heads
 from growlm.methods import check_heads
 from growlm.shape import ModelShape, regrouped_r
 
