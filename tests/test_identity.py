@@ -121,6 +121,26 @@ def test_a_run_started_from_another_folder_stops_at_once(tmp_path):
     assert not (REPO / "workflow" / "results").exists()
 
 
+def test_a_run_in_a_folder_of_its_own_names_growlms_config_first(tmp_path):
+    """`--directory` elsewhere (as bench/savings.py runs) plans the same jobs as from the root when growlm's
+    config.yaml is the first --configfile; an overlay alone there still stops at once."""
+    def dry(cwd, *configs):
+        cmd = [*SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "--directory", str(cwd), "-n", "--forceall", "--cores", "1",
+               "--workflow-profile", "none", "--configfile", *map(str, configs)]
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+    def jobs(out):  # the dry run's job table: "rule  count" lines between "Job stats:" and "total"
+        table = out.split("Job stats:")[1].split("total")[0]
+        return sorted(line.split()[0] + " " + line.split()[-1] for line in table.splitlines()[2:] if line.strip())
+
+    elsewhere = dry(tmp_path, REPO / "config" / "config.yaml", TINY)
+    at_root = dry(REPO, TINY)
+    assert elsewhere.returncode == 0 and at_root.returncode == 0, elsewhere.stderr[-2000:]
+    assert jobs(elsewhere.stdout + elsewhere.stderr) == jobs(at_root.stdout + at_root.stderr)
+    alone = dry(tmp_path, TINY)
+    assert alone.returncode != 0 and "name growlm's config first: --configfile" in alone.stdout + alone.stderr
+
+
 def test_the_schema_defaults_are_config_yaml_s():
     """Every value the schema fills in when a key is missing is the one config/config.yaml gives, so an
     overlay means the same on top of either."""
