@@ -53,8 +53,10 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from growlm.console import log
 from growlm.errors import GrowlmError
 from growlm.family_specs import GPT2, LLAMA, FamilySpec, grown_model_types
+from growlm.loading import load_into, materialise_buffers
 from growlm.shape import ModelShape
 
 BLOCK_KEYS = ("ln1_w", "ln1_b", "q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b",
@@ -128,6 +130,53 @@ class Family:
     def unpack(self, model) -> dict:
         raise NotImplementedError
 
+    def adopt(self, model, name: str, *, context: int) -> torch.nn.Module:
+        """A model of a type this family reads as its own (`spec.read_as`: Qwen2 and Mistral as Llama),
+        rebuilt as this family's class with the same weights. Its config is the description's translation
+        (`spec.translate`, which refuses what this family cannot compute, e.g. a sliding window shorter than
+        `context`); a bias the source does not have is zero (Qwen2's o_proj has none, while Llama's
+        attention_bias puts one on q, k, v and o). The logits are then compared on a few tokens (float32, the
+        same attention kernel): more than 1e-5 apart is a GrowlmError naming the member, never a different
+        model imported silently."""
+        kind = model.config.model_type
+        settings = self.spec.translate(model.config.to_dict(), name, context=context)
+        config = self.config_class(**{k: v for k, v in settings.items() if k != "model_type"})
+        config._attn_implementation = "sdpa"
+        for key, value in config.to_dict().items():  # no dropout, as every model growlm trains
+            if key.endswith(("dropout", "pdrop")) and isinstance(value, float):
+                setattr(config, key, 0.0)
+        config.use_cache = False
+        ours = self.empty(config)
+        missing, unexpected = ours.load_state_dict(model.state_dict(), strict=False, assign=True)
+        zero = [k for k in missing if k.endswith(".bias")]
+        other = [k for k in missing if k not in zero and not (k == "lm_head.weight" and config.tie_word_embeddings)]
+        if other or unexpected:
+            raise GrowlmError(f"{name}: a {kind!r} model whose weights are not a {self.name} model's (missing "
+                              f"{(other or ['nothing'])[0]}, unexpected {(unexpected or ['nothing'])[0]}); growlm "
+                              f"cannot read it as {self.name}")
+        for key in zero:
+            module = ours.get_submodule(key.rpartition(".")[0])
+            module.bias = torch.nn.Parameter(torch.zeros(module.out_features))
+        if config.tie_word_embeddings:
+            ours.tie_weights()
+        materialise_buffers(ours)
+        left = [k for k, t in [*ours.named_parameters(), *ours.named_buffers()] if t.is_meta]
+        if left:
+            raise GrowlmError(f"{name}: a {kind!r} model whose weights do not fill a {self.name} model's ({left[0]} "
+                              f"has none); growlm cannot read it as {self.name}")
+        ours.eval()
+        model.eval()
+        n = min(32, context, config.max_position_embeddings)
+        ids = torch.randint(0, config.vocab_size, (2, n), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            diff = (ours(ids).logits - model(ids).logits).abs().max().item()
+        if not diff < 1e-5:
+            raise GrowlmError(f"{name}: read as {self.name}, its logits differ from the {kind!r} model's by "
+                              f"{diff:.3g} on {n} tokens (float32); growlm cannot read it as {self.name} exactly")
+        log(f"{name}: a {kind!r} model, read as {self.name}: the same weights, and logits within {diff:.1g} of its "
+            f"own on {n} tokens")
+        return ours
+
     def state_dict(self, W: dict, config: PretrainedConfig | None = None) -> dict[str, torch.Tensor]:
         """The family's parameter names for weights `W` of a model with `config` (which a family whose
         names or layout depend on its sizes reads: a fused projection interleaved per head)."""
@@ -171,39 +220,6 @@ class Family:
 
     def logits(self, model, x: torch.Tensor) -> torch.Tensor:
         return model.lm_head(x)
-
-
-def load_into(model, sd: dict[str, torch.Tensor]):
-    """Assign the tensors of `sd` to a (meta) model of any family; tie the head if the config says so."""
-    sd = {k: v.detach().clone().contiguous() for k, v in sd.items()}
-    tied = bool(getattr(model.config, "tie_word_embeddings", True))
-    if tied:
-        sd.pop("lm_head.weight", None)
-    missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
-    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
-    if missing or unexpected:
-        raise RuntimeError(f"weights do not fit the config: missing {missing}, unexpected {unexpected}")
-    if tied:
-        model.lm_head.weight = model.get_input_embeddings().weight
-    materialise_buffers(model)
-    model.eval()
-    return model
-
-
-def materialise_buffers(model) -> None:
-    """Buffers still on the meta device, made real: non-persistent ones (Llama's rotary `inv_freq`)
-    are computed from the config, not loaded from a state dict."""
-    for name, buf in list(model.named_buffers()):
-        if buf.device.type != "meta":
-            continue
-        owner_name, _, _ = name.rpartition(".")
-        owner = model.get_submodule(owner_name) if owner_name else model
-        if not hasattr(owner, "rope_type"):
-            raise RuntimeError(f"buffer {name} was not materialised")
-        fresh = type(owner)(owner.config)  # the rotary embedding: its frequencies from the config
-        for buf_name, value in fresh.named_buffers(recurse=False):
-            setattr(owner, buf_name, value)
-        owner.attention_scaling = fresh.attention_scaling
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ one warning line per member (`warn_before_jobs`) and the import job logs.
 What a family's config.json holds, and which tensors its config fixes, is the family's description
 (`growlm.family_specs`); nothing here tests a family's name. Families whose blocks are Llama's and that
 differ from it only in configuration are read as Llama (the llama description's `read_as` and
-`translate`: `READ_AS_LLAMA`, `llama_config`, re-exported here for the import job): Qwen2 (biases on q, k and v) and Mistral without a sliding window
-shorter than the context. The import job converts them into a `LlamaForCausalLM` with the same
+`translate`): Qwen2 (biases on q, k and v) and Mistral without a sliding window shorter than the
+context. The import job rebuilds them as a `LlamaForCausalLM` (`growlm.families.Family.adopt`) with the same
 weights and checks on a few tokens that its logits are the member's, so everything downstream (the
 growth operators, M_0 built like the members) sees one family.
 
@@ -53,8 +53,7 @@ from growlm.errors import GrowlmError
 from growlm.flops import shape_flops, train_flops_per_token
 from growlm.hints import is_job_step
 from growlm.hub import hub_file
-from growlm.family_specs import (FAMILY_SPECS, READ_AS_LLAMA, grown_model_types, llama_config,  # noqa: F401 (the import job's)
-                                 spec_for_model_type)
+from growlm.family_specs import FAMILY_SPECS, grown_model_types, spec_for_model_type
 from growlm.shape import ModelShape
 
 TOKENIZER_FILES = "tokenizer.json, or tokenizer_config.json with vocab/merges files"
@@ -96,7 +95,7 @@ def member_file(spec: dict, name: str) -> Path | None:
 
 def shape_of_config(cfg: dict, where: str, *, context: int | None = None) -> ModelShape:
     """The ModelShape of a config.json (torch-free), read by its family's description
-    (`growlm.family_specs.FamilySpec.read`); a model type a family reads as its own (READ_AS_LLAMA: a
+    (`growlm.family_specs.FamilySpec.read`); a model type a family reads as its own (`read_as`: a
     llama) is translated first (`translate`), and refused if its sliding window is shorter than `context`
     (model.context; None: not checked)."""
     model_type = cfg.get("model_type")

@@ -25,7 +25,8 @@ import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from growlm.errors import GrowlmError
-from growlm.families import BLOCK_KEYS, WRITER_KEYS, family_of, load_into  # noqa: F401 (the operators' toolbox)
+from growlm.families import BLOCK_KEYS, WRITER_KEYS, family_of  # noqa: F401 (the operators' toolbox)
+from growlm.loading import load_into  # noqa: F401 (the operators' toolbox)
 from growlm.shape import ModelShape
 
 

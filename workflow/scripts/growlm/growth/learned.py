@@ -51,7 +51,7 @@ from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 from growlm.errors import GrowlmError
-from growlm.families import materialise_buffers
+from growlm.loading import materialise_buffers
 from growlm.flops import model_train_flops_per_token
 from growlm.growth.algebra import (BLOCK_KEYS, empty_model, generator, load_into, mlp_width, state_dict_of,
                                   target_config, unpack)

@@ -13,20 +13,21 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from growlm import hints, live
 from growlm.compare import growth_cost
 from growlm.console import log
 from growlm.devices import choose_device
 from growlm.errors import GrowlmError
-from growlm.families import family_of
+from growlm.families import FAMILY, family_of
 from growlm.growth import load_grown, load_plugins
 from growlm.growth_record import Growth
 from growlm.hub import hub_file, unreachable
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
-from growlm.pretrained import (READ_AS_LLAMA, TOKENIZER_FILES, llama_config, member_cost_flops, spec_of,
+from growlm.family_specs import spec_for_model_type
+from growlm.pretrained import (TOKENIZER_FILES, member_cost_flops, spec_of,
                                tokenizer_identity)
 from growlm.pretrained import label as member_label
 from growlm.refiners import REFINERS
@@ -90,9 +91,9 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     """A pretrained member (members.pretrained: a save_pretrained folder or a Hub id, growlm.pretrained)
     as a growlm model folder: loaded with `AutoModelForCausalLM.from_pretrained` (the same call for both,
     with its revision), its dropout set to zero (growlm trains every model without dropout), in
-    float32 (a member stored in another dtype is converted, and the log says so), a family read as
-    Llama (Qwen2, Mistral: growlm.pretrained.READ_AS_LLAMA) made a LlamaForCausalLM with the same
-    weights and logits (`as_llama`), saved with its tokenizer and a growlm.json that says where it came
+    float32 (a member stored in another dtype is converted, and the log says so), a model type that a
+    family reads as its own (Qwen2, Mistral: the llama description's `read_as`) rebuilt as that family's
+    model with the same weights and logits (`growlm.families.Family.adopt`), saved with its tokenizer and a growlm.json that says where it came
     from (the Hub commit its revision resolved to) and what its training cost: the stated
     `members.cost`, or unknown. `number`: the member's place in members.pretrained (from 1), which every
     message names; by default the number of its folder (models/pretrained/m2: 2)."""
@@ -132,8 +133,9 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     model.config.use_cache = False
     model = model.float()
     source_family, commit = model.config.model_type, getattr(model.config, "_commit_hash", None)
-    if source_family in READ_AS_LLAMA:
-        model = as_llama(model, name, context=context)
+    reader = spec_for_model_type(source_family, read_as=True)
+    if reader is not None and source_family in reader.read_as:  # Qwen2, Mistral: read as Llama
+        model = FAMILY[reader.name].adopt(model, name, context=context)
     family_of(model)  # a family growlm grows, or a one-line error
     shape = ModelShape.of(model)
     flops = member_cost_flops(cost, shape, context)
@@ -150,54 +152,6 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     log(f"imported {where} ({source_family},{read_as} width {shape.d}, depth {shape.L}, vocabulary {shape.V}); "
         f"training cost {'%.3g FLOPs (stated)' % flops if flops is not None else 'unknown (not counted)'}")
     return info
-
-
-def as_llama(model, name: str, *, context: int) -> LlamaForCausalLM:
-    """A model of a family read as Llama (Qwen2, Mistral: growlm.pretrained.llama_config, which says why
-    each is exactly a Llama, and refuses a sliding window shorter than `context`) as a LlamaForCausalLM
-    with the same weights: their parameter names are Llama's, and the one parameter a Llama has beyond
-    them (Qwen2's o_proj bias, which Llama's attention_bias adds to q, k and v's) is zero. Its logits
-    are then checked against the member's on a few tokens (float32, both with the same attention
-    kernel): more than 1e-5 apart is a GrowlmError naming the member, never a different model imported
-    silently."""
-    config = LlamaConfig(**{k: v for k, v in llama_config(model.config.to_dict(), name, context=context).items()
-                            if k != "model_type"})
-    config._attn_implementation = "sdpa"
-    for key in DROPOUT_KEYS:
-        if hasattr(config, key):
-            setattr(config, key, 0.0)
-    config.use_cache = False
-    with torch.device("meta"):
-        llama = LlamaForCausalLM(config)
-    missing, unexpected = llama.load_state_dict(model.state_dict(), strict=False, assign=True)
-    zero = [k for k in missing if k.endswith("self_attn.o_proj.bias")]
-    other = [k for k in missing if k not in zero and not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if other or unexpected:
-        raise GrowlmError(f"{name}: a {model.config.model_type!r} model whose weights are not a Llama's (missing "
-                          f"{(other or ['nothing'])[0]}, unexpected {(unexpected or ['nothing'])[0]}); growlm cannot "
-                          f"read it as llama")
-    for key in zero:
-        module = llama.get_submodule(key.rpartition(".")[0])
-        module.bias = torch.nn.Parameter(torch.zeros(module.out_features))
-    if config.tie_word_embeddings:
-        llama.tie_weights()
-    llama.model.rotary_emb = type(llama.model.rotary_emb)(config)  # its buffers, computed (not from the meta device)
-    left = [k for k, t in [*llama.named_parameters(), *llama.named_buffers()] if t.is_meta]
-    if left:
-        raise GrowlmError(f"{name}: a {model.config.model_type!r} model whose weights do not fill a Llama's ({left[0]} "
-                          f"has none); growlm cannot read it as llama")
-    llama.eval()
-    model.eval()
-    n = min(32, context, config.max_position_embeddings)
-    ids = torch.randint(0, config.vocab_size, (2, n), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        diff = (llama(ids).logits - model(ids).logits).abs().max().item()
-    if not diff < 1e-5:
-        raise GrowlmError(f"{name}: read as llama, its logits differ from the {model.config.model_type!r} model's by "
-                          f"{diff:.3g} on {n} tokens (float32); growlm cannot read it as llama exactly")
-    log(f"{name}: a {model.config.model_type!r} model, read as llama: the same weights, and logits within "
-        f"{diff:.1g} of its own on {n} tokens")
-    return llama
 
 
 def branch_of(trunk_dir, spec: dict) -> torch.nn.Module:
