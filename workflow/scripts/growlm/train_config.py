@@ -18,6 +18,10 @@ Two groups of fields:
   the tokenizer, carried moments, teachers...), set by the job. They are part of the checkpoint's
   identity (`growlm.checkpoint.run_identity`), so a checkpoint made with other data is never
   resumed, but not of the rule's params (`run_settings`): Snakemake tracks those files itself.
+
+The field defaults below are the library's, for a run built in code (a benchmark, a test, the compile
+check). A workflow run never takes them: `growlm.experiment.train_config` sets every field the config
+describes from the validated config, whose defaults are the schema's alone (tests/test_defaults.py).
 """
 
 from __future__ import annotations
