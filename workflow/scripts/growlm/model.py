@@ -25,8 +25,11 @@ from growlm.shape import ModelShape
 from growlm.tokenizer import copy_tokenizer
 
 
+HEAD_DIM = 16  # the head size of a model built in code without one (a workflow run always gives model.head_dim)
+
+
 def gpt2_config(*, n_embd: int, n_layer: int, vocab_size: int, n_positions: int, n_head: int | None = None,
-                head_dim: int = 16, tie_word_embeddings: bool = True) -> GPT2Config:
+                head_dim: int = HEAD_DIM, tie_word_embeddings: bool = True) -> GPT2Config:
     """A GPT2Config for width `n_embd`, depth `n_layer`; heads = n_embd / head_dim unless given. The GPT-2
     family's own config (`growlm.families.GPT2Family.config`: gelu, no dropout, SDPA), by its sizes."""
     if n_head is None:
@@ -56,7 +59,9 @@ def build_model(seed: int = 0, *, family: str = DEFAULT_FAMILY, like: str | Path
         s = ModelShape.of({**config_kwargs, "family": shape.family})
         config = family_of(template).resized(template, n_embd=s.d, n_layer=s.L, n_head=s.d // shape.dh)
         return family_of(config).build(config, seed)
-    head_dim = config_kwargs.get("head_dim")
+    if config_kwargs.get("n_head") is None and config_kwargs.get("head_dim") is None:
+        config_kwargs["head_dim"] = HEAD_DIM
+    head_dim = config_kwargs["head_dim"] if config_kwargs.get("n_head") is None else None
     if head_dim and config_kwargs.get("n_head") is None and config_kwargs["n_embd"] % head_dim:
         raise GrowlmError(f"width {config_kwargs['n_embd']} is not a multiple of the head size {head_dim}")
     return build(ModelShape.of({**config_kwargs, "family": family}), seed)
