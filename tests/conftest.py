@@ -26,6 +26,23 @@ def learnable_tokens(vocab: int, n: int = 20000, seed: int = 0) -> np.ndarray:
     return np.where(rng.random(n) < 0.1, noise, base).astype(np.uint16)
 
 
+def perturbed(model, seed: int, *, norms: str = "norm"):
+    """`model` in float64 with its norm parameters (names containing `norms`) and biases perturbed and its
+    matrices scaled up, so that an exactness test sees mistakes there (GPT-2's init keeps them small and
+    its norms at 1 and 0, where many wrong algebras still agree). Returned in eval mode."""
+    import torch  # here, not at the top: most test files need no torch
+
+    m = model.double()
+    g = torch.Generator().manual_seed(100 + seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if norms in name or "bias" in name:
+                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+            elif p.dim() == 2:
+                p.mul_(3.0)  # larger weights than the init: non-linear effects are not negligible
+    return m.eval()
+
+
 def copy_workflow(dest: Path) -> Path:
     """The workflow files (not results) in `dest`, with the bundled corpus linked."""
     dest.mkdir(parents=True, exist_ok=True)

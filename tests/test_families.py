@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
+from conftest import perturbed
 from growlm.families import FAMILY, family_of
 from growlm.growth import GrownModel, grow, load_grown, save_grown
 from growlm.growth.members import permute
@@ -28,15 +29,8 @@ def llama(seed: int, d: int, L: int, *, r: int = 2, tied: bool = False, bias: bo
     """A float64 Llama member with grouped-query attention (r query heads per key/value head), norm
     weights and any biases perturbed, matrices scaled up (so that mistakes there show)."""
     m = build_model(seed=seed, family="llama", n_embd=d, n_layer=L, vocab_size=V, n_positions=T, head_dim=hd,
-                    heads_per_kv=r, mlp_ratio=3, attention_bias=bias, tie_word_embeddings=tied).double()
-    g = torch.Generator().manual_seed(100 + seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name or "bias" in name:
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-            elif p.dim() == 2:
-                p.mul_(3.0)
-    return m.eval()
+                    heads_per_kv=r, mlp_ratio=3, attention_bias=bias, tie_word_embeddings=tied)
+    return perturbed(m, seed)
 
 
 def tokens(seed: int = 0, batch: int = 3) -> torch.Tensor:

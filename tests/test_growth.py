@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
+from conftest import perturbed
 from growlm.errors import GrowlmError
 from growlm.growth import GrownModel, grow, load_grown, options_of, save_grown
 from growlm.growth.registry import IMPLEMENTATIONS, implements, signature_options
@@ -21,15 +22,8 @@ TOL = 1e-5
 def member(seed: int, d: int, L: int, *, head_dim: int = 8, tied: bool = True, vocab: int = V, ctx: int = T):
     """A float64 member with perturbed LN parameters and biases (so that mistakes there show)."""
     m = build_model(seed=seed, n_embd=d, n_layer=L, vocab_size=vocab, n_positions=ctx, head_dim=head_dim,
-                    tie_word_embeddings=tied).double()
-    g = torch.Generator().manual_seed(100 + seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "ln" in name or "bias" in name:
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-            elif p.dim() == 2:
-                p.mul_(3.0)  # larger weights than GPT-2's init: non-linear effects are not negligible
-    return m.eval()
+                    tie_word_embeddings=tied)
+    return perturbed(m, seed, norms="ln")
 
 
 def tokens(seed: int = 0, batch: int = 3, ctx: int = T) -> torch.Tensor:

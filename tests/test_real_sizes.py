@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import perturbed
 from growlm.errors import GrowlmError
 from growlm.growth import GrownModel, grow
 from growlm.growth.algebra import RMSNormFloat64, float64_norms
@@ -27,15 +28,8 @@ EXACT = 1e-10
 def llama(seed: int, d: int, L: int, *, r: int = 2, tied: bool = True, bias: bool = False, dtype=torch.float64):
     """A Llama member (head size 8, r query heads per key/value head) with perturbed norms and biases."""
     m = build_model(seed=seed, family="llama", n_embd=d, n_layer=L, vocab_size=V, n_positions=T, head_dim=8,
-                    heads_per_kv=r, mlp_ratio=3, attention_bias=bias, tie_word_embeddings=tied).double()
-    g = torch.Generator().manual_seed(100 + seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name or "bias" in name:
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-            elif p.dim() == 2:
-                p.mul_(3.0)
-    return m.to(dtype).eval()
+                    heads_per_kv=r, mlp_ratio=3, attention_bias=bias, tie_word_embeddings=tied)
+    return perturbed(m, seed).to(dtype)
 
 
 def tokens(seed: int = 0) -> torch.Tensor:

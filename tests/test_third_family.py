@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
 
+from conftest import perturbed
 from growlm.errors import GrowlmError
 from growlm.families import FAMILY, Family
 from growlm.family_specs import FAMILY_SPECS, FamilySpec
@@ -190,15 +191,8 @@ def member(seed: int, d: int, L: int, *, tied: bool = False, hd: int = 8):
     """A float64 NeoX member with its norms and biases perturbed and its matrices scaled up, so that
     mistakes there show."""
     m = build_model(seed=seed, family="neox", n_embd=d, n_layer=L, vocab_size=V, n_positions=T, head_dim=hd,
-                    tie_word_embeddings=tied).double()
-    g = torch.Generator().manual_seed(100 + seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name or "bias" in name:
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-            elif p.dim() == 2:
-                p.mul_(3.0)
-    return m.eval()
+                    tie_word_embeddings=tied)
+    return perturbed(m, seed)
 
 
 def tokens(seed: int = 0, batch: int = 3) -> torch.Tensor:
