@@ -133,3 +133,14 @@ def test_every_setting_of_a_run_comes_from_the_config(stage):
             where = config["train"].setdefault("refine", {})
         where[key] = where.get(key, base[key]) * 2 if key != "min_lr_ratio" else 0.5
         assert train_settings(config, stage, seed=0)[key] != base[key], key
+
+
+def test_a_stage_without_a_setting_is_named_not_defaulted(tmp_path):
+    """A config of one's own (a deployed workflow's config/config.yaml) that leaves out a stage's batch size
+    stops at the schema with one line naming it; no library default stands in for it."""
+    from growlm.config_values import schema_problems
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    del config["train"]["small"]["batch_size"]
+    problems = schema_problems(config, yaml.safe_load(SCHEMA.read_text()))
+    assert any("train.small" in p and "batch_size" in p for p in problems), problems
