@@ -84,7 +84,8 @@ def cpu_bench(out: Path | None) -> float:
     from transformers import GPT2LMHeadModel
 
     from growlm.loss import lm_loss
-    from growlm.model import enable_recompute, gpt2_config_of
+    from growlm.families import family_of
+    from growlm.model import enable_recompute
     from growlm.train import make_optimizer
     from growlm.train_config import TrainConfig
 
@@ -101,7 +102,7 @@ def cpu_bench(out: Path | None) -> float:
     rows, worst = [], 0.0
     for d, L, V, T, mb, k in cases:
         shape = ModelShape(n_embd=d, n_layer=L, vocab_size=V, n_head=d // 64, n_positions=T)
-        model = GPT2LMHeadModel(gpt2_config_of(shape))
+        model = GPT2LMHeadModel(family_of(shape).config(shape))
         model.train()
         enable_recompute(model, k)
         opt = make_optimizer(model, TrainConfig(tokens=T, batch_size=1, context=T))
@@ -164,7 +165,7 @@ def _trial(shape: ModelShape, plan, *, batch: int, context: int, steps: int, dat
     from transformers import GPT2LMHeadModel
 
     from growlm.distributed import wrap_model
-    from growlm.model import gpt2_config_of
+    from growlm.families import family_of
     from growlm.train import train
     from growlm.train_config import TrainConfig
 
@@ -180,7 +181,7 @@ def _trial(shape: ModelShape, plan, *, batch: int, context: int, steps: int, dat
     try:
         build_on = "cuda" if 4 * shape.n_params < 0.6 * _CAP_BYTES else "cpu"  # fast init on the GPU
         with torch.device(build_on):
-            model = GPT2LMHeadModel(gpt2_config_of(shape))
+            model = GPT2LMHeadModel(family_of(shape).config(shape))
         model = wrap_model(model, plan, device="cuda")
         with tempfile.TemporaryDirectory() as tmp:
             train(model, data, data[: 4 * context], cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",

@@ -1,6 +1,6 @@
 """A minimal nanoGPT-style GPT-2 and training step: the yardstick for growlm's training loop.
 
-The architecture is Hugging Face's GPT-2 as growlm builds it (`growlm.model.gpt2_config`): token +
+The architecture is Hugging Face's GPT-2 as growlm builds it (`growlm.families.GPT2Family.config`): token +
 learned position embeddings, pre-LayerNorm blocks (LayerNorm with bias, eps 1e-5), one fused qkv
 Linear with bias, `F.scaled_dot_product_attention(is_causal=True)`, exact (erf) GELU, a 4x MLP,
 Linear layers with biases, a final LayerNorm and an LM head tied to the token embedding (no bias),

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config
+from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.modeling_outputs import CausalLMOutput
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, record_sha256
@@ -26,25 +26,6 @@ from growlm.tokenizer import copy_tokenizer
 
 
 HEAD_DIM = 16  # the head size of a model built in code without one (a workflow run always gives model.head_dim)
-
-
-def gpt2_config(*, n_embd: int, n_layer: int, vocab_size: int, n_positions: int, n_head: int | None = None,
-                head_dim: int = HEAD_DIM, tie_word_embeddings: bool = True) -> GPT2Config:
-    """A GPT2Config for width `n_embd`, depth `n_layer`; heads = n_embd / head_dim unless given. The GPT-2
-    family's own config (`growlm.families.GPT2Family.config`: gelu, no dropout, SDPA), by its sizes."""
-    if n_head is None:
-        if n_embd % head_dim:
-            raise GrowlmError(f"width {n_embd} is not a multiple of the head size {head_dim}")
-        n_head = n_embd // head_dim
-    if n_embd % n_head:
-        raise GrowlmError(f"width {n_embd} is not divisible by n_head={n_head}")
-    return gpt2_config_of(ModelShape(n_embd=n_embd, n_layer=n_layer, n_head=n_head, vocab_size=vocab_size,
-                                     n_positions=n_positions, tie_word_embeddings=tie_word_embeddings))
-
-
-def gpt2_config_of(shape: ModelShape) -> GPT2Config:
-    """The GPT2Config of a GPT-2 `ModelShape` (growlm's other defaults: gelu, no dropout, SDPA)."""
-    return family_of(shape).config(shape)
 
 
 def build_model(seed: int = 0, *, family: str = DEFAULT_FAMILY, like: str | Path | None = None, **config_kwargs):
