@@ -332,3 +332,35 @@ def test_memory_estimate_matches_measured_cpu_peak_in_neox(n_layer, micro, every
     est = P.estimate_memory(shape, micro_batch=micro, context=64, recompute_every=every)["total"]
     ratio = est / line["peak_bytes"][0]
     assert 0.97 <= ratio <= (1.15 if every else 1.03), ratio
+
+
+def test_a_config_chooses_it_by_name():
+    """The config check takes the family by its registered name (the schema names no family): the tiny
+    experiment as NeoX passes every check, and its jobs' model settings say neox; without the
+    registration the same config stops at the check, naming the families growlm has."""
+    import copy
+
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from conftest import REPO, TINY
+    from growlm.experiment import model_settings
+    from growlm.validate import check_config
+
+    schema = REPO / "workflow" / "schemas" / "config.schema.yaml"
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load(TINY.read_text()))
+    update_config(config, {"model": {"family": "neox"}, "methods": ["lemon", "msg", ["concat", "zero_block"]]})
+
+    def resolve(source):
+        return REPO / "workflow" / "resources" / "corpus" / source["bundled"]
+
+    def check(cfg):
+        return check_config(cfg, schema, resolve_source=resolve, fill_defaults=lambda c: validate(c, str(schema)))
+
+    chosen = copy.deepcopy(config)
+    sweep = check(chosen)
+    assert model_settings(chosen, n_embd=sweep["d1"][0], n_layer=sweep["L1"][0])["family"] == "neox"
+    del FAMILY_SPECS["neox"]  # restored by the fixture's monkeypatch
+    with pytest.raises(GrowlmError, match="model.family = 'neox': not a model family growlm has; one of gpt2, llama"):
+        check(copy.deepcopy(config))

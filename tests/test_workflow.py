@@ -53,6 +53,10 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         (["grow={optimizer_state: carry}"], "grow.optimizer_state: removed: the carry-over of the members' AdamW "
                                             "moments is the `carry` refinement operator now"),
         (["model={head_dim: abc}"], "model.head_dim = 'abc'"),
+        # the schema takes any family name; the check names the families growlm has
+        (["model={family: lama}"], "model.family = 'lama': not a model family growlm has; one of gpt2, llama "
+                                   "(did you mean 'llama'?)"),
+        (["model={heads_per_kv: 2}"], "model.heads_per_kv = 2: a setting of the llama family; gpt2 has"),
         (["members={data: shard}"], "members.data = 'shard': not allowed; expected one of seed, shards, clusters"),
         (["members={data: clusters, shards: 9}"], "members.data = clusters: 9 clusters of whole books"),
         (["methods=[[teach]]"], "has only refinement operators (teach)"),

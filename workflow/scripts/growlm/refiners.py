@@ -46,7 +46,6 @@ from growlm.loss import distill_loss
 from growlm.methods import OPERATORS, OperatorSpec, register_spec
 from growlm.model import load_model
 from growlm.optim_state import apply_moments
-from growlm.shape import FAMILIES
 
 REFINERS: dict[str, type] = {}
 
@@ -148,7 +147,7 @@ def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[
     register_spec(OperatorSpec(name, "refine", exact=True, multi=multi, ramps=tuple(ramps), options=options_of(cls),
                                owns_loss=cls.loss is not Refiner.loss, needs=tuple(needs),
                                summary=doc[0] if doc else "", source=source,
-                               families=tuple(families or FAMILIES)))
+                               families=tuple(families) if families else None))
     REFINERS.pop(name, None)  # a plugin file imported again registers its class again
     return refiner(name)(cls)
 

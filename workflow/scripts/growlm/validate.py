@@ -137,7 +137,7 @@ def _method_problems(config: dict, sweep: dict) -> list[str]:
             continue
         family = config["model"]["family"]
         for name in chain:
-            if name in OPERATORS and family not in OPERATORS[name].families:
+            if name in OPERATORS and not OPERATORS[name].works_on(family):
                 out.append(f"methods: {method_id(m)}: {name} works on {', '.join(OPERATORS[name].families)} models, "
                            f"not {family} (model.family); choose another method or family")
         configured = {k: v for name in chain for k, v in (options.get(name) or {}).items()}
@@ -287,6 +287,17 @@ def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dic
     return out
 
 
+def family_problems(config: dict) -> list[str]:
+    """model.family names a registered family (growlm.family_specs.FAMILY_SPECS; the schema takes any
+    name, so that a family is added by its description and class alone)."""
+    family = (config.get("model") or {}).get("family") if isinstance(config.get("model"), dict) else None
+    if family is None or family in FAMILY_SPECS:
+        return []
+    near = difflib.get_close_matches(str(family), list(FAMILY_SPECS), n=1)
+    return [f"model.family = {family!r}: not a model family growlm has; one of {', '.join(FAMILY_SPECS)}"
+            + (f" (did you mean {near[0]!r}?)" if near else "")]
+
+
 def _raise(problems: list[str]) -> None:
     if problems:
         many = f"{len(problems)} problems:\n  - " if len(problems) > 1 else ""
@@ -306,7 +317,7 @@ def check_config(config: dict, schema_file: str | Path, resolve_source: Callable
     config.update(coerce(dict(config), schema, schema.get("$defs", {})))
     if isinstance(config.get("grow"), dict) and isinstance(config["grow"].get("options"), dict):
         config["grow"]["options"] = coerce_options(config["grow"]["options"])
-    _raise(schema_problems(config, schema))
+    _raise(schema_problems(config, schema) + family_problems(config))
     fill_defaults(config)
     sweep = normalise_sweep(config)
     _raise(adopt_pretrained(config, sweep))

@@ -28,7 +28,6 @@ from growlm.errors import GrowlmError
 from growlm.methods import OPERATORS, REFINE, OperatorSpec, register_spec
 from growlm.plugins import describe
 from growlm.refiners import REFINERS, register_refiner
-from growlm.shape import FAMILIES
 
 IMPLEMENTATIONS: dict[str, Callable] = {}
 RESERVED = ("n_embd", "n_layer", "n_head", "seed", "absorbed")  # what grow() passes, not options
@@ -66,7 +65,7 @@ def implements(name: str) -> Callable:
 def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool = False, learned: bool = False,
                       ramps: tuple[str, ...] = (), check: Callable | None = None,
                       natural: Callable | None = None, absorbs: tuple[str, ...] = (),
-                      families: tuple[str, ...] = FAMILIES, needs: tuple[str, ...] = ()) -> Callable:
+                      families: tuple[str, ...] | None = None, needs: tuple[str, ...] = ()) -> Callable:
     """Decorator: describe and implement a growth operator in one go (for your own operators).
 
     `axis` ("width", "depth" or "both") says what it grows; `exact` whether the grown model computes
@@ -74,8 +73,8 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
     training, which the plugin check verifies; `multi` whether it combines all n members (else it gets
     m_1); `learned` whether its map is trained (then it is never given optimizer-state carry-over);
     `ramps` options that are mask-ramp lengths in refinement steps; `families` the model families it
-    works on (members of either by default: `growlm.families`; the config check refuses the operator in
-    any other). Keyword-only parameters of the function (other than n_embd, n_layer, n_head, seed) are
+    works on (None, the default: every family of `growlm.families`, those registered later included; the
+    config check refuses the operator in any other). Keyword-only parameters of the function (other than n_embd, n_layer, n_head, seed) are
     its options, set in `grow.options`.
 
     With `axis="refine"` it decorates a refinement operator instead: a subclass of
@@ -86,7 +85,7 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
     def wrap(fn: Callable) -> Callable:
         source = str(Path(inspect.getsourcefile(fn) or fn.__module__).resolve())
         if axis == REFINE:
-            cls = register_refiner(name, fn, multi=multi, ramps=tuple(ramps), families=tuple(families),
+            cls = register_refiner(name, fn, multi=multi, ramps=tuple(ramps), families=families,
                                    needs=tuple(needs), source=source)
             cls.growlm_operator = name
             return cls
@@ -94,7 +93,7 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
         register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
                                    options=signature_options(fn), check=check, natural=natural,
                                    absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source,
-                                   families=tuple(families)))
+                                   families=tuple(families) if families else None))
         fn = implements(name)(fn)
         fn.growlm_operator = name  # how growlm.plugins.load finds what a plugin file registered
         return fn

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from growlm.shape import FAMILIES
 
 
 # what a refinement operator may need from the grow job (`OperatorSpec.needs`), in the order the grow job
@@ -79,12 +78,17 @@ class OperatorSpec:
     absorbs: tuple[str, ...] = ()
     summary: str = ""
     source: str = "growlm"  # "growlm" for the built-in operators, else the plugin file that declared it
-    families: tuple[str, ...] = FAMILIES  # the model families it works on (growlm.families)
+    # the model families it works on (growlm.families); None: every family, those registered later included
+    families: tuple[str, ...] | None = None
     # a refinement operator whose `loss` replaces the step's LM loss (teach's distillation): a chain holds at
     # most one, since a step minimises one loss (`chain_names`)
     owns_loss: bool = False
     settings: Callable | None = None  # a schedule: its grow job's params from the config (module docstring)
     needs: tuple[str, ...] = ()  # a refinement operator's needs from the grow job (names of GROW_NEEDS)
+
+    def works_on(self, family: str) -> bool:
+        """Whether the operator grows models of `family` (every family unless `families` says which)."""
+        return self.families is None or family in self.families
 
     @property
     def kind(self) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from growlm.methods.builtin import OPERATORS
 from growlm.methods.spec import LEARNED_MIN_STEPS, LEARNED_SHARE, REFINE, REFINE_SHARE, SCHEDULE, OperatorSpec
-from growlm.shape import FAMILIES
 
 
 _GROWS = {"width": "width", "depth": "depth", "both": "width and depth"}
@@ -41,7 +40,7 @@ def _what_cell(spec: OperatorSpec) -> str:
         what += " (its training is counted in the cost)"
     for other in spec.absorbs:
         what += f"; `[{spec.name}, {other}]` runs as one fused step"
-    if tuple(spec.families) != FAMILIES:
+    if spec.families is not None:
         what += f" ({', '.join(spec.families)} only)"
     return what.replace("|", "\\|")
 
