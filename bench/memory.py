@@ -105,7 +105,7 @@ def cpu_bench(out: Path | None) -> float:
         model = GPT2LMHeadModel(family_of(shape).config(shape))
         model.train()
         enable_recompute(model, k)
-        opt = make_optimizer(model, TrainConfig(tokens=T, batch_size=1, context=T))
+        opt = make_optimizer(model, TrainConfig(tokens=T, batch_size=1, context=T, lr=1e-3, warmup_steps=0))
         x = torch.randint(0, V, (1, T))
         lm_loss(model, x, x)[0].backward()
         opt.step()  # AdamW states exist, gradients stay: the accumulation steady state
@@ -170,7 +170,7 @@ def _trial(shape: ModelShape, plan, *, batch: int, context: int, steps: int, dat
     from growlm.train_config import TrainConfig
 
     cfg = TrainConfig(tokens=steps * batch * context, batch_size=batch, context=context, lr=1e-4, warmup_steps=1,
-                      eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, device="cuda")
+                      eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, dense_log_steps=0, device="cuda")
     if plan is not None:
         cfg = apply_plan(cfg, plan)
     times: list[float] = []

@@ -77,7 +77,8 @@ def timed_run(model, data, args, *, compile: bool, seed: int) -> dict:
     steps = args.ramp + args.after
     cfg = TrainConfig(tokens=steps * args.batch * args.context, batch_size=args.batch, context=args.context,
                       lr=1e-3, warmup_steps=5, eval_interval=10**9, eval_tokens=args.context,
-                      checkpoint_every=10**9, seed=seed, device=args.device, compile=compile)
+                      checkpoint_every=10**9, dense_log_steps=0, seed=seed, device=args.device,
+                      compile=compile)
     with tempfile.TemporaryDirectory() as tmp:
         train(copy.deepcopy(model), data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",
               log=lambda s: None, step_callback=on_step)

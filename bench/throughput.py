@@ -70,7 +70,7 @@ def growlm_round(model, data, *, batch: int, context: int, warm: int, steps: int
 
     total = warm + steps + 1  # the last step is followed by the final evaluation: not timed
     cfg = TrainConfig(tokens=total * batch * context, batch_size=batch, context=context, lr=1e-3,
-                      warmup_steps=50, eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9,
+                      warmup_steps=50, eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, dense_log_steps=0,
                       seed=seed, device=device)
     with tempfile.TemporaryDirectory() as tmp:
         train(model, data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "ledger.csv",
@@ -112,7 +112,7 @@ def use_unfused_growlm() -> None:
     gt_make_optimizer = gt.make_optimizer
     gt.lm_loss, gt.make_optimizer = lm_loss, make_optimizer
     probe = torch.nn.Linear(2, 2)
-    assert not make_optimizer(probe, TrainConfig(tokens=1)).defaults["fused"]
+    assert not make_optimizer(probe, TrainConfig(tokens=1, batch_size=1, context=1, lr=1e-3, warmup_steps=0)).defaults["fused"]
 
 
 def measure(d: int, args, data: np.ndarray, log=print) -> dict:

@@ -167,7 +167,7 @@ def test_distill_loss_gradient_is_t_times_the_softmax_difference():
 
 def _cfg(tmp, **kw):
     return TrainConfig(tokens=8 * 4 * T, batch_size=4, context=T, lr=3e-3, warmup_steps=1, eval_interval=2,
-                       eval_tokens=4 * T, checkpoint_every=100, **kw)
+                       eval_tokens=4 * T, checkpoint_every=100, **{"dense_log_steps": 0, **kw})
 
 
 def test_teachers_forward_flops_are_in_the_refinement_ledger(tmp_path):

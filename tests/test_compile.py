@@ -129,7 +129,7 @@ def test_inductor_compiles_each_structure_once_and_counts_compile_time(tmp_path)
     grown = grow(members(1, 16, 1), "msg", n_embd=32, n_layer=2, seed=0, ramp_steps=2)
     tokens = np.random.default_rng(0).integers(0, V, 20000).astype(np.uint16)
     cfg = TrainConfig(tokens=6 * 2 * T, batch_size=2, context=T, lr=1e-4, warmup_steps=1, eval_interval=3,
-                      eval_tokens=2 * T, checkpoint_every=1000, compile=True)
+                      eval_tokens=2 * T, checkpoint_every=1000, dense_log_steps=0, compile=True)
     torch._dynamo.reset()
     counters.clear()
     with torch._dynamo.config.patch(error_on_recompile=True):

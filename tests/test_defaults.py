@@ -3,7 +3,8 @@
 A config value has one default: config/config.yaml's, which the schema repeats
 (tests/test_identity.py: the two agree). Library code reads the validated config and never restates a
 default with `.get(key, default)`: such a second default silently wins whenever the key is missing
-(`experiment.train_config` once warmed up for 0 steps where config.yaml says 30).
+(`experiment.train_config` once warmed up for 0 steps where config.yaml says 30). A run built in code
+takes the same defaults: TrainConfig reads them from the schema.
 """
 
 from __future__ import annotations
@@ -82,6 +83,36 @@ def test_no_config_default_is_restated_in_the_library():
             if (where, key) not in NOT_CONFIG:
                 found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "read the validated config instead: " + "; ".join(found)
+
+
+def test_a_run_built_in_code_takes_the_schema_s_defaults():
+    """TrainConfig states no default of its own for what the config describes: every field named by a
+    `train` key or model.context takes the schema's default (read from the schema, not written
+    again as a literal), and a field the schema requires of every stage has none."""
+    from dataclasses import MISSING, fields
+
+    from growlm.train_config import TrainConfig
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    train = schema["properties"]["train"]["properties"]
+    stage = schema["$defs"]["train_stage"]
+    described = {**{k: v for k, v in train.items() if isinstance(v, dict)},
+                 "context": schema["properties"]["model"]["properties"]["context"]}
+    by_name = {f.name: f for f in fields(TrainConfig)}
+    for key in stage["required"]:
+        assert by_name[key].default is MISSING, f"TrainConfig.{key} has a default; the schema requires it of every stage"
+    compared = [key for key in described if key in by_name and key not in stage["properties"]]
+    assert {"context", "eval_tokens", "dense_log_steps", "compile", "sync_every"} <= set(compared), compared
+    for key in compared:
+        assert by_name[key].default == described[key]["default"], key
+    # written once: the class body reads SCHEMA_DEFAULTS for each of them, never a literal
+    source = (LIBRARY / "train_config.py").read_text()
+    cls = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "TrainConfig")
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and node.target.id in compared:
+            assert ast.unparse(node.value) == f"SCHEMA_DEFAULTS['{node.target.id}']", ast.unparse(node)
+    with pytest.raises(TypeError, match="batch_size"):
+        TrainConfig(tokens=1000, lr=1e-3, warmup_steps=0)
 
 
 def test_the_exceptions_still_exist():

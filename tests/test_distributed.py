@@ -140,7 +140,7 @@ def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_pat
     tokens = np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16)
     np.save(tmp_path / "t.npy", tokens)
     train = TrainConfig(tokens=8 * 16 * 6, batch_size=8, context=16, lr=1e-3, warmup_steps=1, eval_interval=3,
-                        eval_tokens=256, checkpoint_every=3, seed=1).run_settings()
+                        eval_tokens=256, checkpoint_every=3, dense_log_steps=0, seed=1).run_settings()
     model = {"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8, "tie_word_embeddings": True}
     monkeypatch.setenv("GROWLM_NPROC", "2")
     out = tmp_path / "results" / "models" / "small" / "m1"

@@ -75,7 +75,8 @@ def test_the_gpu_overlay_is_what_its_comments_say():
     assert f"{minutes[0.45]:.0f}-{minutes[0.35]:.0f} minutes" in text, minutes
     assert f"({minutes[0.40]:.0f} at 40 %)" in text and f"{minutes[0.245]:.0f} minutes" in text
     for stage in (small, big):
-        steps = TrainConfig(tokens=stage["tokens"], batch_size=stage["batch_size"], context=T).steps
+        steps = TrainConfig(tokens=stage["tokens"], batch_size=stage["batch_size"], context=T, lr=stage["lr"],
+                            warmup_steps=stage["warmup_steps"]).steps
         assert f"{steps:,} steps" in text
 
 
@@ -348,7 +349,7 @@ def test_a_plan_is_reused_only_for_the_share_it_was_made_for(tmp_path):
     from growlm.runner import job_plan
 
     shape = ModelShape(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=16)
-    cfg = TrainConfig(tokens=10**5, batch_size=8, context=16)
+    cfg = TrainConfig(tokens=10**5, batch_size=8, context=16, lr=1e-3, warmup_steps=0)
     said = []
     first, path = job_plan(shape, cfg, tmp_path, memory_limit_gb=1, gpu_share=1.0, log=said.append)
     again, _ = job_plan(shape, cfg, tmp_path, memory_limit_gb=1, gpu_share=1.0, log=said.append)

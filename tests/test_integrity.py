@@ -108,7 +108,7 @@ def test_a_memory_plan_is_reused_only_for_the_settings_it_was_made_for(tmp_path)
     from growlm.train_config import TrainConfig
 
     shape = ModelShape(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=16)
-    cfg = TrainConfig(tokens=8 * 16 * 4, batch_size=8, context=16)
+    cfg = TrainConfig(tokens=8 * 16 * 4, batch_size=8, context=16, lr=1e-3, warmup_steps=0)
     messages = []
     first, path = job_plan(shape, cfg, tmp_path, memory_limit_gb=1, log=messages.append)
     again, _ = job_plan(shape, cfg, tmp_path, memory_limit_gb=1, log=messages.append)

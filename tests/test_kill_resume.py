@@ -27,7 +27,7 @@ JOB = textwrap.dedent('''
     tokens = (np.arange(20000) % 97 + rng.integers(0, 3, 20000)).astype(np.uint16)
     model = build_model(seed=0, n_embd=32, n_layer=2, vocab_size=128, n_positions=16, head_dim=8)
     cfg = TrainConfig(tokens=8 * 16 * 40, batch_size=8, context=16, lr=3e-3, warmup_steps=4,
-                      eval_interval=10, eval_tokens=512, checkpoint_every=5, seed=3)
+                      eval_interval=10, eval_tokens=512, checkpoint_every=5, dense_log_steps=0, seed=3)
 
     def maybe_die(step):
         if step == kill_at:

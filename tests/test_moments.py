@@ -57,7 +57,7 @@ def test_carried_moments_are_the_linear_part_of_the_operator(method, n, d1, L1, 
 def _tiny_run(model, tmp_path, name, **kw):
     tokens = np.random.default_rng(0).integers(0, V, size=20000).astype(np.uint16)
     cfg = TrainConfig(tokens=8 * 16 * 6, batch_size=8, context=16, lr=3e-3, warmup_steps=1, eval_interval=3,
-                      eval_tokens=512, checkpoint_every=100, seed=1, **kw)
+                      eval_tokens=512, checkpoint_every=100, seed=1, **{"dense_log_steps": 0, **kw})
     summary = train(model, tokens, tokens, cfg, ckpt_dir=tmp_path / name / "ckpt",
                     ledger_path=tmp_path / name / "ledger.csv", log=lambda *_: None)
     return summary
@@ -82,7 +82,7 @@ def test_member_moments_are_saved_grown_and_applied(tmp_path):
 
     save_grown_moments(tmp_path / "moments.safetensors", carried, step)
     grown = grow([m], "zero_block", n_embd=16, n_layer=4, seed=0, position="top")
-    opt = make_optimizer(grown, TrainConfig(tokens=1))
+    opt = make_optimizer(grown, TrainConfig(tokens=1, batch_size=1, context=1, lr=1e-3, warmup_steps=0))
     assert apply_moments(grown, opt, tmp_path / "moments.safetensors") == len(carried)
     p = grown.transformer.h[1].attn.c_attn.weight
     assert torch.equal(opt.state[p]["exp_avg"], moments["transformer.h.1.attn.c_attn.weight"]["exp_avg"])

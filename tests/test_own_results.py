@@ -396,7 +396,7 @@ def test_a_members_shard_shorter_than_a_window_names_the_setting(tmp_path):
     from growlm.train_config import TrainConfig
 
     np.save(tmp_path / "train.npy", np.zeros(13 * 1000, dtype=np.uint16))  # shards of 13 tokens
-    job = TrainingJob(TrainConfig(tokens=1000, context=32), out_dir=tmp_path / "m", train_file=tmp_path / "train.npy",
+    job = TrainingJob(TrainConfig(tokens=1000, batch_size=16, context=32, lr=1e-3, warmup_steps=50), out_dir=tmp_path / "m", train_file=tmp_path / "train.npy",
                       val_file=tmp_path / "train.npy", shard=[3, 1000])
     with pytest.raises(GrowlmError, match=r"members.shards = 1000: this member's shard holds 13 tokens"):
         job_tokens(job)

@@ -50,7 +50,7 @@ def test_plan_keeps_the_global_batch():
             plan = cpu_plan(GPT, cap, batch=16, n_devices=devices)
             assert plan.micro_batch_size * plan.grad_accum_steps * plan.n_devices == 16
             assert plan.global_batch == 16
-            cfg = P.apply_plan(TrainConfig(tokens=10**6, batch_size=16, context=1024), plan)
+            cfg = P.apply_plan(TrainConfig(tokens=10**6, batch_size=16, context=1024, lr=1e-3, warmup_steps=0), plan)
             assert cfg.batch_size == 16 and cfg.micro_batch_size == plan.micro_batch_size
 
 
@@ -160,13 +160,13 @@ def test_next_smaller_goes_micro_batch_then_recomputation_then_offload():
 def test_apply_plan_and_every_kth_block_recomputation():
     plan = dataclasses.replace(cpu_plan(TINY, 1, batch=8, context=T), recompute_every=2, recompute="every_k",
                                micro_batch_size=2, grad_accum_steps=4)
-    cfg = P.apply_plan(TrainConfig(tokens=8 * T * 4, batch_size=8, context=T), plan)
+    cfg = P.apply_plan(TrainConfig(tokens=8 * T * 4, batch_size=8, context=T, lr=1e-3, warmup_steps=0), plan)
     assert cfg.micro_batch_size == 2 and cfg.recompute_every == 2 and cfg.strategy == plan.strategy
     model = build_model(seed=0, **TINY)
     enable_recompute(model, 2)
     assert [b.gradient_checkpointing for b in model.transformer.h] == [True, False, True, False]
     with pytest.raises(GrowlmError, match="global batch"):
-        P.apply_plan(TrainConfig(tokens=8 * T * 4, batch_size=16, context=T), plan)
+        P.apply_plan(TrainConfig(tokens=8 * T * 4, batch_size=16, context=T, lr=1e-3, warmup_steps=0), plan)
 
 
 def _oom_once_after(monkeypatch, n_calls):
@@ -187,7 +187,7 @@ def test_simulated_oom_replans_and_resumes(tmp_path, monkeypatch):
     data = tokens()
     plan = dataclasses.replace(cpu_plan(TINY, 1, batch=8, context=T), micro_batch_size=4, grad_accum_steps=2)
     cfg = TrainConfig(tokens=8 * T * 12, batch_size=8, context=T, lr=3e-3, warmup_steps=2, eval_interval=4,
-                      eval_tokens=512, checkpoint_every=4, seed=1)
+                      eval_tokens=512, checkpoint_every=4, dense_log_steps=0, seed=1)
     _oom_once_after(monkeypatch, 2 * 6 + 1)  # micro-batches of 4: the first one of step 7
     messages = []
     summary = train_with_replanning(lambda: build_model(seed=0, **TINY), data, data, cfg, plan,
@@ -213,7 +213,8 @@ def test_oom_with_the_smallest_plan_is_a_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_module, "lm_loss", always)
     plan = dataclasses.replace(cpu_plan(TINY, 1, batch=8, context=T), micro_batch_size=2, grad_accum_steps=4)
-    cfg = TrainConfig(tokens=8 * T * 4, batch_size=8, context=T, eval_tokens=256, checkpoint_every=2)
+    cfg = TrainConfig(tokens=8 * T * 4, batch_size=8, context=T, lr=1e-3, warmup_steps=50, eval_tokens=256,
+                      checkpoint_every=2, dense_log_steps=0)
     messages = []
     with pytest.raises(GrowlmError, match="smallest setting"):
         train_with_replanning(lambda: build_model(seed=0, **TINY), tokens(), tokens(), cfg, plan,

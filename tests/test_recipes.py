@@ -62,7 +62,7 @@ def test_lemon_decays_faster_and_the_user_decides_otherwise():
     assert [lr_at(s, full) for s in range(300)] == [lr_at(s, TrainConfig(**{**full.to_dict(), "decay_share": 1.0}))
                                                    for s in range(300)]
     with pytest.raises(GrowlmError, match="decay_share"):
-        TrainConfig(tokens=640, batch_size=1, context=64, decay_share=0.0).validate()
+        TrainConfig(tokens=640, batch_size=1, context=64, lr=1e-3, warmup_steps=0, decay_share=0.0).validate()
 
 
 def test_hypercloning_breaks_symmetry_with_the_papers_noise_by_default():

@@ -27,7 +27,7 @@ def tiny_model(seed=0):
 
 def cfg(**kw):
     base = dict(tokens=8 * T * 40, batch_size=8, context=T, lr=3e-3, warmup_steps=4, eval_interval=10,
-                eval_tokens=1024, checkpoint_every=10, seed=1)
+                eval_tokens=1024, checkpoint_every=10, dense_log_steps=0, seed=1)
     base.update(kw)
     return TrainConfig(**base)
 

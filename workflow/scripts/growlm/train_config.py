@@ -19,18 +19,41 @@ Two groups of fields:
   identity (`growlm.checkpoint.run_identity`), so a checkpoint made with other data is never
   resumed, but not of the rule's params (`run_settings`): Snakemake tracks those files itself.
 
-The field defaults below are the library's, for a run built in code (a benchmark, a test, the compile
-check). A workflow run never takes them: `growlm.experiment.train_config` sets every field the config
-describes from the validated config, whose defaults are the schema's alone (tests/test_defaults.py).
+Defaults in one place. A field the config describes (`train.*`, and `model.context`) takes its default
+from the config schema (`SCHEMA_DEFAULTS`, read from workflow/schemas/config.schema.yaml), and one the
+schema requires of every stage (tokens, batch_size, lr, warmup_steps: config.yaml gives them) has none,
+so a run built in code (a benchmark, a test, the compile check) says it, as a config does. A workflow
+run takes none of them: `growlm.experiment.train_config` sets every field the config describes from
+the validated config. The literal defaults left below are of what no config key describes (Adam's
+betas, the cosine's full length, how and where the steps run, what the job sets).
+tests/test_defaults.py checks both.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from pathlib import Path
+
+import yaml
 
 from growlm.errors import GrowlmError
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+def schema_defaults(schema_file: Path = SCHEMA) -> dict:
+    """The defaults the config schema gives the settings of a training run: those of `train`'s shared
+    keys, and `model.context` as `context`."""
+    props = yaml.safe_load(schema_file.read_text())["properties"]
+    out = {key: sub["default"] for key, sub in props["train"]["properties"].items()
+           if isinstance(sub, dict) and "default" in sub}
+    out["context"] = props["model"]["properties"]["context"]["default"]
+    return out
+
+
+SCHEMA_DEFAULTS = schema_defaults()
 
 STRATEGIES = ("single", "ddp", "fsdp", "fsdp_offload")
 # torch.compile's modes (`compile: true` is "default"); "reduce-overhead" captures the step in CUDA graphs
@@ -54,23 +77,24 @@ def compile_from_env() -> bool | str:
 SYNC_EVERY_CUDA = 32  # sync_every 0 (automatic): read the losses every step on a CPU, every 32 steps on CUDA
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     tokens: int  # budget: training tokens for this job
-    batch_size: int = 16  # global batch, sequences per optimizer step (all processes together)
-    context: int = 64  # tokens per sequence
-    lr: float = 1e-3  # peak learning rate
-    min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
+    batch_size: int  # global batch, sequences per optimizer step (all processes together)
+    context: int = SCHEMA_DEFAULTS["context"]  # tokens per sequence
+    lr: float  # peak learning rate
+    min_lr_ratio: float = SCHEMA_DEFAULTS["min_lr_ratio"]  # cosine decay ends at min_lr_ratio * lr
     decay_share: float = 1.0  # the cosine reaches its floor after this share of the steps (LEMON's faster decay)
-    warmup_steps: int = 50  # linear warm-up
-    weight_decay: float = 0.1
+    warmup_steps: int  # linear warm-up
+    weight_decay: float = SCHEMA_DEFAULTS["weight_decay"]
     beta1: float = 0.9
     beta2: float = 0.95
-    grad_clip: float = 1.0  # global gradient-norm clip (0: none)
-    eval_interval: int = 50  # steps between held-out evaluations (ledger rows)
-    eval_tokens: int = 16384  # validation tokens per evaluation
-    checkpoint_every: int = 100  # steps between resumable checkpoints
-    dense_log_steps: int = 0  # log the training loss every step for this many steps (after growth)
+    grad_clip: float = SCHEMA_DEFAULTS["grad_clip"]  # global gradient-norm clip (0: none)
+    eval_interval: int = SCHEMA_DEFAULTS["eval_interval"]  # steps between held-out evaluations (ledger rows)
+    eval_tokens: int = SCHEMA_DEFAULTS["eval_tokens"]  # validation tokens per evaluation
+    checkpoint_every: int = SCHEMA_DEFAULTS["checkpoint_every"]  # steps between resumable checkpoints
+    # log the training loss every step for this many steps (after growth; the workflow's members and M_0: 0)
+    dense_log_steps: int = SCHEMA_DEFAULTS["dense_log_steps"]
     seed: int = 0  # data seed: batch k depends only on (seed, k)
     save_moments: str | None = None  # write the final AdamW moments here (members, for carry-over)
     # the refinement operators of the run (growlm.refiners: teach, freeze, carry, a plugin's), {name: settings}
@@ -80,8 +104,8 @@ class TrainConfig:
     micro_batch_size: int | None = None  # gradient accumulation; None: the whole per-process batch
     recompute_every: int = 0  # activation recomputation on blocks 0, k, 2k, ... (1: all, 0: none)
     strategy: str = "single"  # single | ddp | fsdp | fsdp_offload (the memory plan's choice)
-    compile: bool | str = False  # torch.compile the training steps: False, True ("default") or a mode
-    sync_every: int = 0  # read the training losses on the host every k steps (0: automatic, see sync_interval)
+    compile: bool | str = SCHEMA_DEFAULTS["compile"]  # torch.compile the steps: False, True ("default") or a mode
+    sync_every: int = SCHEMA_DEFAULTS["sync_every"]  # read the losses on the host every k steps (0: sync_interval)
     peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
     # what the job found on disk: {what: sha256} of the files the run reads (part of the checkpoint's identity)
     inputs: dict | None = None
@@ -123,8 +147,11 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise GrowlmError(f"unknown training settings {unknown}; known: {sorted(known)}")
-        if "tokens" not in data:
-            raise GrowlmError("training settings without a token budget (tokens)")
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING
+                   and f.default_factory is MISSING]
+        if missing:
+            raise GrowlmError(f"training settings without {', '.join(missing)} (every config gives them: "
+                              f"train.small and train.large)")
         return cls(**data)
 
     def to_json(self) -> str:
