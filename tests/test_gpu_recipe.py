@@ -215,13 +215,17 @@ def test_gpu_jobs_never_overlap_under_the_gpu_profile(tiny_run, tmp_path):
 # how a job runs: train.compile and resources.gpu_share reach it, and rerun nothing
 # ---------------------------------------------------------------------------------------------
 
-def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path):
+def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path, monkeypatch):
     """`params.how` of every training job holds the GPUs, the GPU share and compile; Snakemake counts
     it as derived from the job's resources, so it is not among the params its rerun trigger
-    compares (tests/test_reruns.py checks that changing the keys reruns nothing)."""
+    compares (tests/test_reruns.py checks that changing the keys reruns nothing). A compiling run's
+    jobs inherit one compile cache in the working folder (on a cluster, /tmp is each node's own)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
 
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "GROWLM_TRAIN_COMPILE"):  # restored after the test
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     wd = copy_workflow(tmp_path / "wf")
     (wd / "how.yaml").write_text("train: {compile: true}\nresources: {gpu: 1, gpu_share: 0.5}\n")
     with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
@@ -237,6 +241,13 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path):
             assert not any("gpu_share" in str(p) for p in workflow.persistence._params(job))
         evaluations = [job for job in workflow.dag.jobs if job.rule.name == "evaluate_model"]
         assert evaluations and all(job.resources.gpu == 1 for job in evaluations)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(wd.resolve() / ".snakemake" / "growlm" / "torchinductor")
+    # a cache the user chose is theirs
+    from growlm.train_config import export_compile
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    export_compile(True, wd)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
 
 
 @pytest.fixture(scope="module")

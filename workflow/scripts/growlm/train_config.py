@@ -64,9 +64,20 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 COMPILE_ENV = "GROWLM_TRAIN_COMPILE"
 
 
-def export_compile(setting) -> None:
-    """Put train.compile into the environment the workflow's jobs inherit (`COMPILE_ENV`)."""
+# where a compiling run's jobs keep torch.compile's caches (inductor's graphs and kernels, Triton's), under the
+# working folder, unless TORCHINDUCTOR_CACHE_DIR says otherwise: torch's default, /tmp/torchinductor_$USER, is
+# local to a node, so on a cluster every job would compile cold what the jobs before it compiled elsewhere
+COMPILE_CACHE = Path(".snakemake") / "growlm" / "torchinductor"
+
+
+def export_compile(setting, workdir: Path | None = None) -> None:
+    """Put train.compile into the environment the workflow's jobs inherit (`COMPILE_ENV`), and, when it
+    compiles, the compile cache they share (`COMPILE_CACHE` under `workdir`, the working folder, unless
+    TORCHINDUCTOR_CACHE_DIR is set): a job reuses every kernel an earlier job compiled, on any node that
+    sees the working folder. A cached kernel is the same code, so nothing computed changes."""
     os.environ[COMPILE_ENV] = json.dumps(setting)
+    if setting and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(((workdir or Path.cwd()) / COMPILE_CACHE).resolve())
 
 
 def compile_from_env() -> bool | str:
