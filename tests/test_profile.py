@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import stat
 import sys
@@ -279,3 +280,45 @@ def test_nsys_that_sees_no_capture_range_falls_back_and_says_why(nsys_cli, tmp_p
     run = D.profile_run("nsys", DEMO_WORKLOAD, tmp_path, steps=1, warmup=1, timeout=300)
     assert run["profiler"] == "torch-cpu"
     assert "never saw the NVTX range a-range-nobody-opens@growlm" in run["fallback_reason"]
+
+
+def _fake_nsys(tmp_path: Path, failures: int) -> Path:
+    """An `nsys` that fails `failures` times without a report ("End of file", as Nsight Systems 2022.4 does
+    when two sessions start at once), then profiles: writes the report and exports the real nvtxsum table."""
+    script = tmp_path / "nsys"
+    script.write_text(f"""#!{sys.executable}
+import shutil, sys
+from pathlib import Path
+count = Path({str(tmp_path / "runs")!r})
+args = sys.argv[1:]
+if args[0] == "profile":
+    n = int(count.read_text()) + 1 if count.exists() else 1
+    count.write_text(str(n))
+    if n <= {failures}:
+        print("End of file")
+        sys.exit(1)
+    Path(args[args.index("-o") + 1]).write_text("report")
+elif args[0] == "stats":
+    report, out = args[args.index("--report") + 1], args[args.index("--output") + 1]
+    shutil.copy({str(FIX / "nsys_nvtxsum_2022.4_cpu.csv")!r}, f"{{out}}_{{report}}.csv")
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+@pytest.mark.parametrize("failures, ok", [(1, True), (2, False)])
+def test_nsys_failing_without_a_report_is_tried_once_more(tmp_path, monkeypatch, failures, ok):
+    """A profile run that nsys ends before writing anything is tried once more (a passing failure: two
+    sessions starting on one machine at once); a second failure falls back, naming nsys's message."""
+    monkeypatch.setattr(D, "NSYS_RETRY_S", 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    worked, why, log = D._attempt_nsys(_fake_nsys(tmp_path, failures), ["true"], out, dict(os.environ),
+                                       30, cuda=False)
+    assert (tmp_path / "runs").read_text() == "2"  # one retry, never more
+    assert any("tried again" in line for line in log)
+    assert worked is ok
+    if ok:
+        assert why == "nsys reports: nvtx_sum (CPU: NVTX only)"
+    else:
+        assert why == "nsys produced no report (rc=1): End of file"
