@@ -51,11 +51,6 @@ def _literal(node: ast.AST, path: Path, what: str):
                           f"file, not {ast.unparse(node)!r}") from None
 
 
-def _families(spec: dict) -> tuple[str, ...] | None:
-    """The decorator's `families=` (None, every family, when it names none)."""
-    return tuple(spec["families"]) if spec.get("families") else None
-
-
 def _is_decorator(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
@@ -102,7 +97,7 @@ def describe(path: str | Path) -> list[OperatorSpec]:
             specs.append(OperatorSpec(dec.args[0].value, spec["axis"], exact=bool(spec["exact"]),
                                       multi=bool(spec.get("multi", False)), learned=bool(spec.get("learned", False)),
                                       ramps=tuple(spec.get("ramps", ())), options=options,
-                                      families=_families(spec),
+                                      families=spec.get("families"),
                                       summary=doc[0] if doc else "", source=str(path.resolve())))
     if not specs:
         raise GrowlmError(f"grow.plugins: {path} defines no growth operator: decorate a function with "
@@ -136,7 +131,7 @@ def _describe_refiner(cls: ast.AST, dec: ast.Call, kw: dict, path: Path) -> Oper
     owns_loss = any(isinstance(node, ast.FunctionDef) and node.name == "loss" for node in cls.body)
     return OperatorSpec(name, "refine", exact=True, multi=bool(spec.get("multi", False)), owns_loss=owns_loss,
                         ramps=tuple(spec.get("ramps", ())), options=options, needs=tuple(spec.get("needs", ())),
-                        families=_families(spec), summary=doc[0] if doc else "",
+                        families=spec.get("families"), summary=doc[0] if doc else "",
                         source=str(path.resolve()))
 
 

@@ -147,7 +147,7 @@ def register_refiner(name: str, cls: type, *, multi: bool = False, ramps: tuple[
     register_spec(OperatorSpec(name, "refine", exact=True, multi=multi, ramps=tuple(ramps), options=options_of(cls),
                                owns_loss=cls.loss is not Refiner.loss, needs=tuple(needs),
                                summary=doc[0] if doc else "", source=source,
-                               families=tuple(families) if families else None))
+                               families=families))
     REFINERS.pop(name, None)  # a plugin file imported again registers its class again
     return refiner(name)(cls)
 

@@ -74,8 +74,8 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
     m_1); `learned` whether its map is trained (then it is never given optimizer-state carry-over);
     `ramps` options that are mask-ramp lengths in refinement steps; `families` the model families it
     works on (None, the default: every family of `growlm.families`, those registered later included; the
-    config check refuses the operator in any other). Keyword-only parameters of the function (other than n_embd, n_layer, n_head, seed) are
-    its options, set in `grow.options`.
+    config check refuses the operator in any other). Keyword-only parameters of the function (other than
+    n_embd, n_layer, n_head, seed) are its options, set in `grow.options`.
 
     With `axis="refine"` it decorates a refinement operator instead: a subclass of
     `growlm.refiners.Refiner` (`growlm.refiners.register_refiner`; `exact` is then not asked for: a
@@ -93,7 +93,7 @@ def register_operator(name: str, *, axis: str, exact: bool = False, multi: bool 
         register_spec(OperatorSpec(name, axis, exact=exact, multi=multi, learned=learned, ramps=tuple(ramps),
                                    options=signature_options(fn), check=check, natural=natural,
                                    absorbs=tuple(absorbs), summary=doc[0] if doc else "", source=source,
-                                   families=tuple(families) if families else None))
+                                   families=families))
         fn = implements(name)(fn)
         fn.growlm_operator = name  # how growlm.plugins.load finds what a plugin file registered
         return fn

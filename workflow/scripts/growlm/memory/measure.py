@@ -202,7 +202,7 @@ def measure_line(model_config, *, context: int, micro_batches: tuple[int, ...], 
         model.train()
         enable_recompute(model, recompute_every)
         optimizer = make_optimizer(model, TrainConfig(tokens=context, batch_size=1, context=context, lr=1e-3,
-                                                               warmup_steps=0, device=device))
+                                                      warmup_steps=0, device=device))
         vocab = config.vocab_size
         x = torch.randint(0, vocab, (1, context), device=device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision.startswith("bf16")):

@@ -44,7 +44,6 @@ from fractions import Fraction
 from typing import Callable
 
 
-
 # what a refinement operator may need from the grow job (`OperatorSpec.needs`), in the order the grow job
 # provides them. Each is computed from the linear part of the chain's growth operators, so a chain with a
 # learned operator (not affine in the members' weights) cannot provide it.
@@ -85,6 +84,10 @@ class OperatorSpec:
     owns_loss: bool = False
     settings: Callable | None = None  # a schedule: its grow job's params from the config (module docstring)
     needs: tuple[str, ...] = ()  # a refinement operator's needs from the grow job (names of GROW_NEEDS)
+
+    def __post_init__(self):
+        if self.families is not None:  # as a decorator may give it: a list, or empty for every family
+            object.__setattr__(self, "families", tuple(self.families) or None)
 
     def works_on(self, family: str) -> bool:
         """Whether the operator grows models of `family` (every family unless `families` says which)."""
