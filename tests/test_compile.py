@@ -119,27 +119,38 @@ def test_teaching_compiles_once(tmp_path):
     check_compiles_once(grown, "msg with teach", refiners={"teach": teach})
 
 
-def test_inductor_compiles_each_structure_once_and_counts_compile_time(tmp_path):
-    """The real compiler (inductor) through msg's whole ramp: two compilations (the masked model and,
-    after the ramp, the plain one), none more; the ledger's compile_s holds their time, apart from the
-    training steps (the comparison's wall ratios leave it out)."""
+@pytest.mark.parametrize("compile_ramps, graphs", [(True, 2), (False, 1)])
+def test_inductor_compiles_each_structure_once_and_counts_compile_time(tmp_path, compile_ramps, graphs):
+    """The real compiler (inductor) through msg's whole ramp: with `compile_ramps`, two compilations (the
+    masked model and, after the ramp, the plain one); without (the default), the ramp's steps run eagerly,
+    the very losses of an eager run, and only the plain model compiles; none more either way. The
+    ledger's compile_s holds their time, apart from the training steps (the comparison's wall ratios
+    leave it out)."""
+    import pandas as pd
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    grown = grow(members(1, 16, 1), "msg", n_embd=32, n_layer=2, seed=0, ramp_steps=2)
     tokens = np.random.default_rng(0).integers(0, V, 20000).astype(np.uint16)
-    cfg = TrainConfig(tokens=6 * 2 * T, batch_size=2, context=T, lr=1e-4, warmup_steps=1, eval_interval=3,
-                      eval_tokens=2 * T, checkpoint_every=1000, dense_log_steps=0, compile=True)
-    torch._dynamo.reset()
-    counters.clear()
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        training.train(grown, tokens, tokens[:2000], cfg, ckpt_dir=tmp_path / "ckpt", ledger_path=tmp_path / "l.csv",
-                       log=lambda *a: None)
-    torch._dynamo.reset()
-    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
-    import pandas as pd
-
-    ledger = pd.read_csv(tmp_path / "l.csv")
-    assert "compile_s" in ledger.columns
-    last = ledger.iloc[-1]
-    assert 0 < last["compile_s"] < last["wall_s"]
+    ledgers = {}
+    for compile in (False, True):
+        grown = grow(members(1, 16, 1), "msg", n_embd=32, n_layer=2, seed=0, ramp_steps=2)
+        cfg = TrainConfig(tokens=6 * 2 * T, batch_size=2, context=T, lr=1e-4, warmup_steps=1, eval_interval=3,
+                          eval_tokens=2 * T, checkpoint_every=1000, dense_log_steps=6, compile=compile,
+                          compile_ramps=compile_ramps)
+        torch._dynamo.reset()
+        counters.clear()
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            training.train(grown, tokens, tokens[:2000], cfg, ckpt_dir=tmp_path / f"ckpt{compile}",
+                           ledger_path=tmp_path / f"l{compile}.csv", log=lambda *a: None)
+        torch._dynamo.reset()
+        assert grown.ramp_done
+        ledgers[compile] = pd.read_csv(tmp_path / f"l{compile}.csv").set_index("step")
+    assert counters["stats"]["unique_graphs"] == graphs, dict(counters["stats"])
+    ramp = [1, 2]  # the losses of steps 0 and 1: the masked model's (growth_step(2) ends the ramp)
+    eager, compiled = ledgers[False].loc[ramp, "train_loss"], ledgers[True].loc[ramp, "train_loss"]
+    if compile_ramps:
+        assert np.allclose(compiled, eager, rtol=1e-4)
+    else:
+        assert compiled.tolist() == eager.tolist()
+    last = ledgers[True].iloc[-1]
+    assert 0 < last["compile_s"] < last["wall_s"] and ledgers[False].iloc[-1]["compile_s"] == 0

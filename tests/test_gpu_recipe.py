@@ -227,7 +227,7 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path, monkeypat
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     wd = copy_workflow(tmp_path / "wf")
-    (wd / "how.yaml").write_text("train: {compile: true}\nresources: {gpu: 1, gpu_share: 0.5}\n")
+    (wd / "how.yaml").write_text("train: {compile: true, compile_ramps: true}\nresources: {gpu: 1, gpu_share: 0.5}\n")
     with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
         wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(
             configfiles=[wd / "config" / "config.yaml", TINY, wd / "how.yaml"]),
@@ -237,7 +237,8 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path, monkeypat
         jobs = [job for job in workflow.dag.jobs if job.rule.name in ("train_small", "train_baseline", "refine")]
         assert {job.rule.name for job in jobs} == {"train_small", "train_baseline", "refine"}
         for job in jobs:
-            assert job.params.how == {"gpus": 1, "gpu_share": 0.5, "compile": True, "sync_every": 0}
+            assert job.params.how == {"gpus": 1, "gpu_share": 0.5, "compile": True, "compile_ramps": True,
+                                      "sync_every": 0}
             assert not any("gpu_share" in str(p) for p in workflow.persistence._params(job))
         evaluations = [job for job in workflow.dag.jobs if job.rule.name == "evaluate_model"]
         assert evaluations and all(job.resources.gpu == 1 for job in evaluations)

@@ -115,6 +115,7 @@ TABLE = {
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
     "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
     "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
+    "train.compile_ramps": ("train: {compile_ramps: true}", set(), set()),  # how the ramp steps run: ditto
     "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
     "train.log_to": ("train: {log_to: []}", set(), set()),  # where live curves go (params.live, derived)
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed

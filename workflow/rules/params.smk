@@ -82,7 +82,7 @@ def live_settings(wildcards, output):
 def job_how(wildcards, resources):
     """How a training job runs on what it was given, never what it computes: the GPUs it asked for
     (torchrun with several), the share of each GPU's memory its planner may budget
-    (`resources.gpu_share`), `train.compile` and `train.sync_every`. The job passes them on as keyword
+    (`resources.gpu_share`), `train.compile`, `train.compile_ramps` and `train.sync_every`. The job passes them on as keyword
     arguments.
 
     This params function takes `resources`, so Snakemake counts it as derived from the job's
@@ -94,6 +94,7 @@ def job_how(wildcards, resources):
         "gpus": int(resources.gpu),
         "gpu_share": float(config["resources"]["gpu_share"]),
         "compile": config["train"]["compile"],
+        "compile_ramps": bool(config["train"]["compile_ramps"]),
         "sync_every": int(config["train"]["sync_every"]),
     }
 

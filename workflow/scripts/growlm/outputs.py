@@ -40,7 +40,7 @@ CACHE = ".growlm/verified.json"
 # config keys that pick combinations of one experiment (a sweep) or say how jobs run, not what they compute
 SWEEP_AND_HOW = ("d0", "L0", "d1", "L1", "n", "n_members", "methods", "seeds", "budgets", "lrs", "experiment",
                  "resources", "profile")
-HOW_KEYS = {"train": ("threads", "compile", "sync_every", "log_to"), "corpus": ("threads",)}
+HOW_KEYS = {"train": ("threads", "compile", "compile_ramps", "sync_every", "log_to"), "corpus": ("threads",)}
 
 
 def results_dir(name: str) -> str:

@@ -116,13 +116,15 @@ class TrainConfig:
     recompute_every: int = 0  # activation recomputation on blocks 0, k, 2k, ... (1: all, 0: none)
     strategy: str = "single"  # single | ddp | fsdp | fsdp_offload (the memory plan's choice)
     compile: bool | str = SCHEMA_DEFAULTS["compile"]  # torch.compile the steps: False, True ("default") or a mode
+    # with compile: also compile a grown model's masked form for its ramps (else they run eagerly: growlm.train)
+    compile_ramps: bool = SCHEMA_DEFAULTS["compile_ramps"]
     sync_every: int = SCHEMA_DEFAULTS["sync_every"]  # read the losses on the host every k steps (0: sync_interval)
     peak_flops: float | None = None  # the device's dense bf16 peak for MFU; None: growlm.devices' table
     # what the job found on disk: {what: sha256} of the files the run reads (part of the checkpoint's identity)
     inputs: dict | None = None
 
-    HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "sync_every", "peak_flops",
-                  "save_moments")
+    HOW_FIELDS = ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "compile_ramps", "sync_every",
+                  "peak_flops", "save_moments")
 
     @property
     def steps(self) -> int:

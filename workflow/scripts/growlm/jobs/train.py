@@ -61,16 +61,18 @@ def live_curves(settings: dict | None, *, grown_dir=None):
 
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
                 out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
-                gpu_share: float = 1.0, compile: bool | str = False, sync_every: int = 0, keep_moments: bool = False,
-                init_from: str | None = None) -> dict:
+                gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False, sync_every: int = 0,
+                keep_moments: bool = False, init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
     `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (torchrun with
     several, when they are visible; a GPU asked for but absent means the CPU), `gpu_share` (of each
-    GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode) and
-    `sync_every` (steps between two reads of the losses on the host; 0: automatic)."""
+    GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
+    `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
+    two reads of the losses on the host; 0: automatic)."""
     spec = {**model, "vocab_size": vocab_size(tokenizer_dir)}
-    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, compile_ramps=bool(compile_ramps),
+                                sync_every=int(sync_every))
     if keep_moments:
         cfg.save_moments = str(Path(out_dir) / MEMBER_MOMENTS_FILE)
     info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed, "shard": shard}
@@ -176,17 +178,20 @@ def refiner_settings(refine_with: dict | None, growth: Growth, grown_dir, steps:
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
            memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
-           gpu_share: float = 1.0, compile: bool | str = False, sync_every: int = 0) -> dict:
+           gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
+           sync_every: int = 0) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up; the
     method's refinement operators, `refine_with`, on top: growlm.refiners). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
-    this refinement. `gpus`, `gpu_share`, `compile`, `sync_every`: how it runs, as for `train_model`; with several
-    GPUs the grown model is loaded by every process of a torchrun launch, ramps set the same way."""
+    this refinement. `gpus`, `gpu_share`, `compile`, `compile_ramps`, `sync_every`: how it runs, as for
+    `train_model`; with several GPUs the grown model is loaded by every process of a torchrun launch,
+    ramps set the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = Growth.read(grown_dir)
     plugins = growth.plugins  # the plugin files of the method's operators (grow.plugins)
     load_plugins(plugins)  # a plugin's refinement operators register
-    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, sync_every=int(sync_every))
+    cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, compile_ramps=bool(compile_ramps),
+                                sync_every=int(sync_every))
     if ramps and hasattr(model, "set_ramps"):
         too_long = {k: v for k, v in ramps.items() if v > cfg.steps}
         if too_long:
