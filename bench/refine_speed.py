@@ -16,12 +16,14 @@ Each grown arm has a mask ramp of `--ramp` steps; the run goes `--after` steps p
 *after* it over the median of the steps after the first one past the ramp (the plain model; the step
 where it switches, which also compiles it, is left out). M_0 is timed over the same windows of its
 own run. The arms run alternately in one process (the order rotates every round), and the table
-gives the median over rounds of each arm's rate over M_0's of the same round, compile off and on
-(`--compile`: default torch.compile; compile time is what the first step of each structure takes,
-never counted in a window). The last line is
+gives the median over rounds of each arm's rate over M_0's of the same round, in each `--compile`
+mode: `off` (eager), `on` (torch.compile's default mode, the ramps eager: `train.compile: true`, the
+workflow's default with it), `ramps` (the masked form compiled too: `train.compile_ramps: true`),
+`all` (the three; compile time is what the first step of each structure takes, never counted in a
+window). The last line is
 `refine_speed during=<the smallest during-ratio> after=<the smallest after-ratio>` (goals: 0.85 and 0.95).
 
-    PYTHONPATH=workflow/scripts python bench/refine_speed.py                 # CPU, compile off then on
+    PYTHONPATH=workflow/scripts python bench/refine_speed.py                 # CPU, the three modes
     PYTHONPATH=workflow/scripts python bench/refine_speed.py --quick         # a smoke run, seconds
     PYTHONPATH=workflow/scripts python bench/refine_speed.py --device cuda --d 768 --layers 12 \\
         --context 512 --vocab 8192 --head-dim 64 --batch 16                   # the GPU recipe's shape
@@ -65,7 +67,10 @@ def models(args) -> dict:
     }
 
 
-def timed_run(model, data, args, *, compile: bool, seed: int) -> dict:
+MODES = {"off": (False, False), "on": (True, False), "ramps": (True, True)}  # (train.compile, train.compile_ramps)
+
+
+def timed_run(model, data, args, *, mode: str, seed: int) -> dict:
     """Train a copy of `model` for ramp + after steps; {window: tokens/s} from the median step time."""
     stamps: dict[int, float] = {}
 
@@ -78,7 +83,7 @@ def timed_run(model, data, args, *, compile: bool, seed: int) -> dict:
     cfg = TrainConfig(tokens=steps * args.batch * args.context, batch_size=args.batch, context=args.context,
                       lr=1e-3, warmup_steps=5, eval_interval=10**9, eval_tokens=args.context,
                       checkpoint_every=10**9, dense_log_steps=0, seed=seed, device=args.device,
-                      compile=compile)
+                      compile=MODES[mode][0], compile_ramps=MODES[mode][1])
     with tempfile.TemporaryDirectory() as tmp:
         train(copy.deepcopy(model), data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",
               log=lambda s: None, step_callback=on_step)
@@ -100,7 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--ramp", type=int, default=12, help="mask-ramp steps of the grown arms")
     p.add_argument("--after", type=int, default=12, help="steps after the ramp")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--compile", choices=("off", "on", "both"), default="both")
+    p.add_argument("--compile", choices=(*MODES, "all"), default="all")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--quick", action="store_true", help="smoke run: d 32, 2 layers, 1 round, compile off")
@@ -112,7 +117,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, args.vocab, 1 << 20).astype(np.uint16)
     init = models(args)
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.compile]
+    modes = list(MODES) if args.compile == "all" else [args.compile]
     print(f"# torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, d {args.d} x "
           f"{args.layers} layers, vocab {args.vocab}, batch {args.batch} x context {args.context}, ramp {args.ramp} "
           f"+ {args.after} steps, {args.rounds} rounds", flush=True)
@@ -122,17 +127,17 @@ def main(argv=None) -> int:
         rates = {arm: [] for arm in ARMS}
         for r in range(args.rounds):
             order = ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]
-            got = {arm: timed_run(init[arm], data, args, compile=comp, seed=r) for arm in order}
+            got = {arm: timed_run(init[arm], data, args, mode=comp, seed=r) for arm in order}
             for arm in ARMS[1:]:
                 for w in ("during", "after"):
                     ratios[arm][w].append(got[arm][w] / got["M_0"][w])
             for arm in ARMS:
                 rates[arm].append(got[arm]["after"])
-            print(f"  compile {'on' if comp else 'off'} round {r}: " + "  ".join(
+            print(f"  compile {comp} round {r}: " + "  ".join(
                 f"{arm} {got[arm]['during']:.0f}/{got[arm]['after']:.0f}" for arm in ARMS) + " tok/s (during/after)",
                 flush=True)
         for arm in ARMS[1:]:
-            rows.append({"compile": "on" if comp else "off", "arm": arm,
+            rows.append({"compile": comp, "arm": arm,
                          "m0_tok_s": statistics.median(rates["M_0"]), "arm_tok_s": statistics.median(rates[arm]),
                          "during": statistics.median(ratios[arm]["during"]),
                          "after": statistics.median(ratios[arm]["after"])})
