@@ -299,15 +299,9 @@ class Run:
         function M_0's steps compute, with M_0's fused head-and-loss on a CPU), else the model as set
         up (DDP's wrapper included). Each module is compiled once, when first run; the values that
         change from step to step reach it as tensors (`growlm.growth.masked`), so it never recompiles
-        (tests/test_compile.py); "reduce-overhead" also replays each step as CUDA graphs.
-
-        A grown model's masked form runs its ramp steps eagerly unless `compile_ramps` asks: compiling
-        it is a fixed cost (a bigger graph than the plain model's, none of whose kernels an earlier job
-        compiled) that a ramp of the recipes' length (48-100 steps) does not earn back, on a CPU or a
-        GPU (docs/gpu-and-clusters.md, bench/RESULTS.md 11)."""
-        module = self.model
-        if self.model is self.core:
-            module = getattr(self.core, "stepping_module", self.core)
+        (tests/test_compile.py). The masked form runs eagerly unless `compile_ramps`: compiling it costs
+        more than the recipes' 48-100 ramp steps gain (docs/gpu-and-clusters.md)."""
+        module = getattr(self.core, "stepping_module", self.core) if self.model is self.core else self.model
         if not self.cfg.compile_mode:
             return module
         if not self.cfg.compile_ramps and getattr(self.core, "ramp_done", True) is False:
