@@ -125,7 +125,8 @@ class GrownModel(nn.Module):
     @property
     def stepping_module(self) -> nn.Module:
         """The module a training step runs: this one while a ramp runs, the inner model once they are done
-        (the same function; a compiled training loop then compiles each of the two once)."""
+        (the same function; a compiled training loop compiles the inner model once, and this one once too
+        with `train.compile_ramps`, else runs it eagerly: growlm.train.Run.step_model)."""
         return self.inner if self.ramp_done else self
 
     def to_plain(self):
