@@ -82,8 +82,8 @@ def live_settings(wildcards, output):
 def job_how(wildcards, resources):
     """How a training job runs on what it was given, never what it computes: the GPUs it asked for
     (torchrun with several), the share of each GPU's memory its planner may budget
-    (`resources.gpu_share`), `train.compile`, `train.compile_ramps` and `train.sync_every`. The job passes them on as keyword
-    arguments.
+    (`resources.gpu_share`), `train.compile`, `train.compile_ramps` and `train.sync_every`. The job
+    passes them on as keyword arguments.
 
     This params function takes `resources`, so Snakemake counts it as derived from the job's
     resources and leaves it out of the params rerun trigger (Snakemake's rule for params that read
