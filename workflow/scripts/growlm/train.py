@@ -304,7 +304,7 @@ class Run:
         module = getattr(self.core, "stepping_module", self.core) if self.model is self.core else self.model
         if not self.cfg.compile_mode:
             return module
-        if not self.cfg.compile_ramps and getattr(self.core, "ramp_done", True) is False:
+        if not self.cfg.compile_ramps and not getattr(self.core, "ramp_done", True):
             return module  # the ramps' steps, eagerly (under DDP too: its wrapper compiles once they are done)
         if id(module) not in self._compiled:
             self._compiled[id(module)] = (torch.compile(module, mode=self.cfg.compile_mode) if COMPILE_BACKEND is None

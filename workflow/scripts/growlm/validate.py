@@ -290,7 +290,8 @@ def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dic
 def family_problems(config: dict) -> list[str]:
     """model.family names a registered family (growlm.family_specs.FAMILY_SPECS; the schema takes any
     name, so that a family is added by its description and class alone)."""
-    family = (config.get("model") or {}).get("family") if isinstance(config.get("model"), dict) else None
+    model = config.get("model")
+    family = model.get("family") if isinstance(model, dict) else None
     if family is None or family in FAMILY_SPECS:
         return []
     near = difflib.get_close_matches(str(family), list(FAMILY_SPECS), n=1)
