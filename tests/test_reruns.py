@@ -152,6 +152,7 @@ TABLE = {
                        {"cloze_task", "evaluate_tasks", "report_tasks"}),
     "evaluate.task_limit": ("evaluate: {task_limit: 5}", set(), set()),  # read by task jobs only (none in the base)
     "resources.gpu": ("resources: {gpu: 1}", set(), set()),  # what the scheduler gives, not what is computed
+    "resources.nodes": ("resources: {nodes: 2}", set(), set()),  # where a job runs (params.how), not what
     "resources.cpus_per_gpu": ("resources: {cpus_per_gpu: 2}", set(), set()),
     "resources.mem_mb": ("resources: {mem_mb: 2000}", set(), set()),
     "resources.runtime": ("resources: {runtime: 30}", set(), set()),

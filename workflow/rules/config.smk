@@ -21,13 +21,29 @@ from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import arm_levels, level_names  # noqa: E402
 from growlm.methods import SINGLE_MEMBER, method_id, needs_single_member_control  # noqa: E402
 from growlm.tasks import task_specs  # noqa: E402
-from growlm.validate import check_config  # noqa: E402
+from growlm.validate import check_config, nodes_problem  # noqa: E402
 
 # every command growlm prints for you to run is your own command line (growlm.hints): the jobs
 # inherit it through the environment
 COMMAND = hints.export_command(sys.argv, hints.option_table(get_argument_parser()))
 MAIN_PROCESS = not hints.is_job_step(sys.argv)  # not one job's step (a SLURM job parses this file again)
 DRY_RUN = "dryrun" in COMMAND["given"]
+
+
+def snakemake_executor():
+    """The executor this run uses ("local", "slurm", ...; a dry run names the one it plans for), or None
+    when Snakemake runs through its Python API. Snakemake chooses it only after it has parsed this file,
+    so it is read from the command line Snakemake is working on (its profiles applied), in the frame of
+    snakemake.cli.args_to_api."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "args_to_api" and hasattr(frame.f_locals.get("args"), "executor"):
+            return frame.f_locals["args"].executor or "local"
+        frame = frame.f_back
+    return None
+
+
+EXECUTOR = snakemake_executor()
 
 
 def shipped(rel):
@@ -73,6 +89,8 @@ try:
     )
 except GrowlmError as err:
     raise WorkflowError(f"config error: {err}")
+if MAIN_PROCESS and nodes_problem(config, EXECUTOR):  # jobs across nodes need SLURM
+    raise WorkflowError(f"config error: {nodes_problem(config, EXECUTOR)}")
 
 # the experiment's folder: results/ for the default experiment, results/<experiment>/ for any other
 EXPERIMENT = config["experiment"]

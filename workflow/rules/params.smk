@@ -80,8 +80,9 @@ def live_settings(wildcards, output):
 
 
 def job_how(wildcards, resources):
-    """How a training job runs on what it was given, never what it computes: the GPUs it asked for
-    (torchrun with several), the share of each GPU's memory its planner may budget
+    """How a training job runs on what it was given, never what it computes: the GPUs it asked for on
+    each node (torchrun with several), its nodes (one torchrun agent on each, resources.nodes) and the
+    CPUs each node's task has, the share of each GPU's memory its planner may budget
     (`resources.gpu_share`), `train.compile`, `train.compile_ramps` and `train.sync_every`. The job
     passes them on as keyword arguments.
 
@@ -91,7 +92,9 @@ def job_how(wildcards, resources):
     `train.threads`. The checkpoint fingerprint leaves these out too (TrainConfig.HOW_FIELDS), so a
     run resumes under any of them."""
     return {
-        "gpus": int(resources.gpu),
+        "gpus": gpus_per_node(resources),
+        "nodes": int(resources.get("nodes", 1) or 1),
+        "cpus_per_task": int(resources.get("cpus_per_task", 0) or 0),
         "gpu_share": float(config["resources"]["gpu_share"]),
         "compile": config["train"]["compile"],
         "compile_ramps": bool(config["train"]["compile_ramps"]),

@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from growlm import hints
+from growlm import gpus as machine_gpus, hints
 
 
 class GrowlmError(Exception):
@@ -120,17 +120,25 @@ def disk_full(err: BaseException) -> str | None:
 
 
 @contextlib.contextmanager
-def job_log(log_file: str | Path, stage: str):
+def job_log(log_file: str | Path, stage: str, *, gpus: int = 0):
     """Send stdout and stderr to the job's log (its first line says which copy of the library runs);
     a GrowlmError becomes one line (in the log and on the terminal) and exit status 1, with no
-    traceback. The job stops when the Snakemake that started it dies (`stop_with_parent`)."""
+    traceback. The job stops when the Snakemake that started it dies (`stop_with_parent`). `gpus`:
+    the GPUs the job's rule asks for (its `gpu` resource), claimed for it on this machine before
+    anything touches CUDA (`growlm.gpus.claim`: CUDA_VISIBLE_DEVICES names them) and held until it
+    ends."""
     stop_with_parent()
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", buffering=1) as fh:
         print(f"growlm {stage}: library {Path(__file__).resolve().parent}", file=fh, flush=True)
         try:
             with contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-                yield
+                claimed = machine_gpus.claim(int(gpus or 0), who=f"rule {stage}",
+                                             log=lambda line: print(f"growlm {stage}: {line}", flush=True))
+                try:
+                    yield
+                finally:
+                    claimed.release()
         except GrowlmError as err:
             msg = f"growlm {stage}: error: {err}"
             print(msg, file=fh, flush=True)

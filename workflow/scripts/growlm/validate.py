@@ -299,6 +299,17 @@ def family_problems(config: dict) -> list[str]:
             + (f" (did you mean {near[0]!r}?)" if near else "")]
 
 
+def nodes_problem(config: dict, executor: str | None) -> str | None:
+    """resources.nodes > 1 needs SLURM (one allocation over the nodes, srun to start an agent on each):
+    why a run with another executor cannot take it, or None. `executor`: Snakemake's (None: not known)."""
+    nodes = config["resources"]["nodes"]
+    if nodes == 1 or executor in (None, "slurm"):
+        return None
+    return (f"resources.nodes = {nodes}: a training job across several nodes runs through SLURM (--profile "
+            f"profiles/slurm: one allocation of {nodes} nodes, a torchrun agent started on each), and this run uses "
+            f"Snakemake's {executor} executor; on one machine set resources.nodes: 1 (resources.gpu GPUs per job)")
+
+
 def _raise(problems: list[str]) -> None:
     if problems:
         many = f"{len(problems)} problems:\n  - " if len(problems) > 1 else ""

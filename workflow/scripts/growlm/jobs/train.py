@@ -48,6 +48,12 @@ def processes_for(gpus: int) -> int:
     return gpus if gpus > 1 and have >= gpus else 1
 
 
+def launch(gpus: int, nodes: int, cpus_per_task: int) -> dict:
+    """`run_job`'s keyword arguments for a job that asks for `gpus` GPUs on each of `nodes` nodes."""
+    return {"nproc": processes_for(gpus), "nodes": int(nodes), "cpus_per_task": int(cpus_per_task),
+            "gpus_per_node": int(gpus)}
+
+
 def live_curves(settings: dict | None, *, grown_dir=None):
     """The training job's live curves (`train.log_to`, `growlm.live`), as its rule's `live` params give
     them; a refinement's start at the cost of its grown model's members and growth (`growth.json` in
@@ -61,12 +67,14 @@ def live_curves(settings: dict | None, *, grown_dir=None):
 
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
                 out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
-                gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False, sync_every: int = 0,
-                keep_moments: bool = False, init_from: str | None = None) -> dict:
+                nodes: int = 1, cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False,
+                compile_ramps: bool = False, sync_every: int = 0, keep_moments: bool = False,
+                init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
-    `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (torchrun with
-    several, when they are visible; a GPU asked for but absent means the CPU), `gpu_share` (of each
+    `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (per node; torchrun
+    with several, when they are visible; a GPU asked for but absent means the CPU), `nodes` (one torchrun
+    agent on each node of the job's SLURM allocation, each task with `cpus_per_task`), `gpu_share` (of each
     GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
     `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
     two reads of the losses on the host; 0: automatic)."""
@@ -82,7 +90,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
         job.info["init_from"] = str(init_from)
         return run_job(job, model=branch_of(init_from, spec))
-    return run_job(job, nproc=processes_for(gpus))
+    return run_job(job, **launch(gpus, nodes, cpus_per_task))
 
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
@@ -177,15 +185,15 @@ def refiner_settings(refine_with: dict | None, growth: Growth, grown_dir, steps:
 
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
-           memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
-           gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
+           memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0, nodes: int = 1,
+           cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
            sync_every: int = 0) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up; the
     method's refinement operators, `refine_with`, on top: growlm.refiners). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
-    this refinement. `gpus`, `gpu_share`, `compile`, `compile_ramps`, `sync_every`: how it runs, as for
-    `train_model`; with several GPUs the grown model is loaded by every process of a torchrun launch,
-    ramps set the same way."""
+    this refinement. `gpus`, `nodes`, `cpus_per_task`, `gpu_share`, `compile`, `compile_ramps`,
+    `sync_every`: how it runs, as for `train_model`; with several processes the grown model is loaded by
+    every process of the launch, on every node, ramps set the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = Growth.read(grown_dir)
     plugins = growth.plugins  # the plugin files of the method's operators (grow.plugins)
@@ -205,4 +213,4 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
                       info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, plugins=plugins)
-    return run_job(job, nproc=processes_for(gpus), model=model)
+    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
