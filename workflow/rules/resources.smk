@@ -60,12 +60,12 @@ def node_cpus():
 
 
 def gpus_per_node(resources):
-    """The GPUs a training job has on each of its nodes: its `gpu` resource on one node, the count in its
-    `gres` (gpu:G) across nodes."""
-    if "gpu" in resources.keys():
-        return int(resources["gpu"])
+    """The GPUs a training job has on each of its nodes: the count in its `gres` (gpu:G, per node) where it
+    has one, else its `gpu` resource."""
     gres = str(resources.get("gres", "") or "")
-    return int(gres.rsplit(":", 1)[1]) if gres.startswith("gpu") and ":" in gres else 0
+    if gres.startswith("gpu"):
+        return int(gres.rsplit(":", 1)[1]) if gres.count(":") else 1
+    return int(resources.get("gpu", 0) or 0)
 
 
 def evaluation_resources():

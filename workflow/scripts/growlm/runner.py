@@ -306,15 +306,29 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     return summary
 
 
+def _stream(stream):
+    """Where a child process writes what this process prints: the job's log while `growlm.errors.job_log`
+    redirects this process's output there (a child inherits file descriptors, not Python's redirection),
+    else the inherited one."""
+    try:
+        stream.flush()
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return stream
+
+
 def _launch(job: TrainingJob, cmd: list[str], what: str, log) -> dict:
     """Run the job's processes (`cmd`: torchrun, or srun of a node agent per node) and read the summary
-    rank 0 wrote. The job's claim on this machine's GPUs goes with them (`growlm.gpus.held_fds`), and
-    they stop when this job's process dies (a SLURM job's srun passes that on to every node)."""
+    rank 0 wrote. Their output goes to the job's log, as a one-process job's does; the job's claim on
+    this machine's GPUs goes with them (`growlm.gpus.held_fds`), and they stop when this job's process
+    dies (a SLURM job's srun passes that on to every node)."""
     ckpt = Path(job.ckpt_dir)
     job.summary_file = str(ckpt / "summary.json")
     (ckpt / "job.json").write_text(job.to_json())
     log(f"launching {what}: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent, pass_fds=held_fds())
+    proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent, pass_fds=held_fds(),
+                          stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
     if proc.returncode != 0:
         raise GrowlmError(f"{what} failed (exit {proc.returncode}); the job resumes from {ckpt} when rerun")
     return json.loads(Path(job.summary_file).read_text())
