@@ -97,7 +97,8 @@ download_wheels() {
     target=${TARGET_PYTHON:-$host}
     pip=("$PYTHON" -m pip)
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
     # shellcheck disable=SC2207
     local opts=(--only-binary=:all: --python-version "$target" $(platform_args) -d "$DIR" --find-links "$DIR")
     [ "$target" = "$host" ] || echo "setup.sh: pip evaluates the packages' markers for this Python ($host), not $target: a dependency needed only on $target would be missing (PYTHON=python$target bash setup.sh ... fetches the exact set)"
@@ -129,7 +130,7 @@ download_wheels() {
             echo "setup.sh: the wheels for Python $target${PLATFORM:+ on $PLATFORM} could not all be fetched (above)" >&2
             exit 1
         fi
-        "${pip[@]}" wheel --quiet --no-deps -w "$tmp/built" "$missing"
+        "${pip[@]}" wheel -qq --no-deps -w "$tmp/built" "$missing"
         built=$(ls "$tmp/built")
         case $built in
             *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; echo "setup.sh: $missing has no wheel on the index; built $built (pure Python)" ;;
