@@ -23,14 +23,15 @@ leaves the others their GPU:
   no network (HF_HUB_OFFLINE), `TORCH_LOGS=recompiles`: every job's wall time (`workflow/rules.csv`, per
   rule `rule_totals.csv`), every training job's tokens/s, MFU, compile seconds and recompilations
   (`training.csv`), the comparison (`comparison.csv`).
-- `ncu`: the Nsight Compute tables of that run's profile jobs (a member, M_0, M'_1): `workflow/profile/`.
+- `ncu`: the Nsight Compute tables of that run's profile jobs (a member, M_0, M'_1): `ncu/<kind>/`.
   Where ncu is missing or cannot read counters the workflow runs without profile jobs.
 - `memory`: `bench/memory.py --gpu`: the largest model that trains under an 8 GiB cap naively and with
-  the planner, and the planner's throughput against naive: `memory/memory_gpu.csv`.
+  the planner (its ladder held to `--memory-ladder-s`), and the planner's throughput against naive:
+  `memory/memory_gpu.csv`.
 
 A part whose tool is missing (no CUDA device, no ncu) is skipped with one line saying why; one that would
-not fit in the time left (its estimate, below, from what one H100 took for the same work) is skipped and
-named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
+not fit in the time left (its estimate, `gpu_check_parts.PARTS`, from what one H100 took for like work) is
+skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
 Each part writes its folder when it ends, and `summary.csv` (every part, whether it ran, its seconds and
 main figures) is rewritten after each; the table is printed at the end. The parts share one compile
 cache (`--work`/torchinductor, or $TORCHINDUCTOR_CACHE_DIR), as the workflow's jobs share theirs, so
@@ -77,7 +78,8 @@ class Context:
 
     def run(self, cmd: list, *, log: Path, cwd: Path = REPO, extra_env: dict | None = None) -> None:
         """Run `cmd` (its output appended to `log`) until it ends or the time limit; raise Failed on a
-        non-zero exit, OutOfTime when stopped (SIGTERM to its process group, SIGKILL 30 s later)."""
+        non-zero exit, OutOfTime when stopped (SIGTERM to its process group GRACE seconds before the limit,
+        so that Snakemake stops its jobs, SIGKILL at the limit)."""
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {**self.env, **(extra_env or {})}
         with open(log, "a") as fh:
@@ -86,7 +88,7 @@ class Context:
             proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
-                code = proc.wait(timeout=max(self.left(), 0.1))
+                code = proc.wait(timeout=max(self.left() - GRACE, 0.1))
             except subprocess.TimeoutExpired:
                 stop(proc)
                 raise OutOfTime from None
@@ -97,8 +99,11 @@ class Context:
             raise Failed(f"exit {code}: {last_lines(log, 1)}")
 
 
+GRACE = 10  # seconds between SIGTERM and SIGKILL
+
+
 def stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+    for sig, wait in ((signal.SIGTERM, GRACE), (signal.SIGKILL, 30)):
         try:
             os.killpg(proc.pid, sig)
             proc.wait(timeout=wait)

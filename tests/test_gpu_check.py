@@ -76,7 +76,7 @@ def test_smoke_runs_every_part_it_can_and_names_the_rest(tiny_run, tmp_path):
     assert run["result"] == "finished" and int(run["jobs"]) == len(jobs)
 
 
-def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path):
+def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path, monkeypatch):
     def command(code: str):
         return lambda ctx, folder: ctx.run([sys.executable, "-c", code.replace("FOLDER", str(folder))],
                                            log=folder / "log.txt")
@@ -93,6 +93,7 @@ def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path):
         Part("big", "would not fit", 1000, 1000, writes, figures),
         Part("tool", "needs a tool", 1, 1, writes, figures, needs=lambda ctx: "no such tool here"),
     ]
+    monkeypatch.setattr(gpu_check, "GRACE", 1)  # SIGTERM one second before the limit
     ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", smoke=True,
                             deadline=time.monotonic() + 8, env=dict(os.environ))
     t0 = time.monotonic()
