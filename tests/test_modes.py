@@ -14,7 +14,6 @@ import torch
 import growlm.train as train_module
 from conftest import learnable_tokens
 from growlm.model import build_model
-from growlm.modes import arm_mode, job_mode, run_mode
 from growlm.train import train
 from growlm.train_config import TrainConfig
 
@@ -31,6 +30,8 @@ def cfg(**kw):
 
 
 def test_a_mode_says_what_changes_the_last_digits_and_nothing_else():
+    from growlm.modes import arm_mode, job_mode, run_mode
+
     assert run_mode("cpu", None, threads=2) == "eager, 2 CPU threads"
     assert run_mode("cpu", "default", threads=1) == "compiled, 1 CPU thread"
     # compile_ramps concerns a model with ramps only; the CPU threads do not enter a GPU's sums, processes do
@@ -93,6 +94,7 @@ def test_a_resume_in_another_mode_says_so_in_one_line_and_the_ledger_keeps_both(
     assert summary["mode"] == "eager, 1 CPU thread then compiled, 1 CPU thread then compiled, 2 CPU threads"
 
 
+@pytest.mark.slow
 def test_every_model_of_a_run_records_its_mode_and_the_report_says_it(tiny_run):
     """The tiny experiment runs eagerly on one thread per job (train.threads: 1): every ledger row and every
     model's growlm.json say so, the comparison gives each arm's mode, and the first page says once that all
