@@ -30,7 +30,7 @@ def cfg(**kw):
 
 
 def test_a_mode_says_what_changes_the_last_digits_and_nothing_else():
-    from growlm.modes import arm_mode, job_mode, run_mode
+    from growlm.modes import arm_mode, experiment_mode, job_mode, run_mode
 
     assert run_mode("cpu", None, threads=2) == "eager, 2 CPU threads"
     assert run_mode("cpu", "default", threads=1) == "compiled, 1 CPU thread"
@@ -46,6 +46,15 @@ def test_a_mode_says_what_changes_the_last_digits_and_nothing_else():
     assert arm_mode({"members": ["eager, 2 CPU threads", "eager, 1 CPU thread"], "growth": [],
                      "refinement": ["eager, 1 CPU thread"]}) == \
         "members: eager, 2 CPU threads and eager, 1 CPU thread; refinement: eager, 1 CPU thread"
+    # train.compile on every model: the members and M_0 have no ramps, a refinement runs its ramps eagerly
+    # (train.compile_ramps' default): one setting of every key, so one mode, not a warning on every GPU run
+    compiled, ramped = "compiled, on cuda", "compiled (ramps eager), on cuda"
+    assert arm_mode({"members": [compiled], "growth": [], "refinement": [ramped]}) == ramped
+    assert experiment_mode([compiled, ramped, ramped]) == ramped
+    assert experiment_mode([compiled, ramped, "compiled (ramps compiled), on cuda"]) is None  # compile_ramps changed
+    assert experiment_mode([compiled, "eager, on cuda"]) is None
+    assert experiment_mode([compiled, f"members: {compiled}; refinement: eager, on cuda"]) is None
+    assert experiment_mode([compiled, f"{compiled} then eager, on cuda"]) is None
 
 
 def test_a_resume_in_another_mode_says_so_in_one_line_and_the_ledger_keeps_both(tmp_path, monkeypatch):

@@ -30,6 +30,8 @@ Torch-free: the comparison and the report read modes without torch.
 
 from __future__ import annotations
 
+import re
+
 NOT_RECORDED = "not recorded"  # a ledger row written by a growlm older than modes
 
 
@@ -56,13 +58,48 @@ def job_mode(modes) -> str:
     return " then ".join(dict.fromkeys(m or NOT_RECORDED for m in modes)) or NOT_RECORDED
 
 
+def _without_ramps(mode: str) -> tuple[str, str | None]:
+    """A mode's text without its ramps note, and the note ("ramps eager"; None for a model without ramps)."""
+    m = re.fullmatch(r"(eager|compiled)(?: \((.*?)\))?(, .*)?", mode)
+    if not m:
+        return mode, None
+    notes = [n for n in (m.group(2) or "").split(", ") if n]
+    ramps = next((n for n in notes if n.startswith("ramps ")), None)
+    rest = [n for n in notes if n != ramps]
+    return m.group(1) + (f" ({', '.join(rest)})" if rest else "") + (m.group(3) or ""), ramps
+
+
+def one_mode(modes) -> str | None:
+    """The one mode that `modes` (each one run's `run_mode`) share, or None when they differ. The ramps note
+    counts among the models that have ramps only: M_0 "compiled" and a refinement "compiled (ramps eager)"
+    ran under one setting of every key (train.compile_ramps does not touch a model without ramps), and the
+    mode they share is the refinement's, which says all of it."""
+    modes = list(modes)
+    split = [_without_ramps(m) for m in modes]
+    if not modes or len({base for base, _ in split}) != 1 or len({r for _, r in split if r}) > 1:
+        return None
+    return next((m for m, (_, ramps) in zip(modes, split) if ramps), modes[0])
+
+
 def arm_mode(parts: dict[str, list[str]]) -> str:
     """The mode of an arm made by several jobs, `parts` {what: the `job_mode` of each of its jobs} in order
-    ("members", "growth", "refinement"): the one mode when they all share it, else each part's."""
-    every = list(dict.fromkeys(m for modes in parts.values() for m in modes))
-    if len(every) <= 1:
-        return every[0] if every else NOT_RECORDED
+    ("members", "growth", "refinement"): the one mode when they all share it (`one_mode`), else each part's."""
+    every = [m for modes in parts.values() for m in modes]
+    if not every:
+        return NOT_RECORDED
+    shared = None if any(" then " in m for m in every) else one_mode(every)
+    if shared:
+        return shared
     return "; ".join(f"{what}: {' and '.join(dict.fromkeys(modes))}" for what, modes in parts.items() if modes)
+
+
+def experiment_mode(modes) -> str | None:
+    """The one mode of an experiment's arms (their `arm_mode`s), or None when its models were not all computed
+    in one (an arm's parts in different modes, a job resumed in another, or arms that differ)."""
+    modes = list(modes)
+    if any(" then " in m or ": " in m or m == NOT_RECORDED for m in modes):
+        return None
+    return one_mode(modes)
 
 
 def resume_line(saved: str | None, now: str, step: int) -> str | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from growlm.modes import NOT_RECORDED, experiment_mode
 from growlm.report.tables import task_failures, task_score_columns, test_level
 
 def _ratio(mean: float, std: float, seeds: int) -> str:
@@ -132,9 +133,12 @@ def mode_sentences(df: pd.DataFrame) -> list[str]:
     else, in bold, that the arms differ by their mode as well as by their method, and each one's mode."""
     if "m0_mode" not in df or "m1_mode" not in df:  # a comparison of a growlm older than modes
         return []
-    every = set(df["m0_mode"].astype(str)) | set(df["m1_mode"].astype(str))
-    if len(every) == 1:
-        return [f"The models were all computed in one mode: {every.pop()}."]
+    texts = [*df["m0_mode"].astype(str), *df["m1_mode"].astype(str)]
+    if set(texts) == {NOT_RECORDED}:  # every ledger of a growlm older than modes: nothing to say
+        return []
+    shared = experiment_mode(texts)
+    if shared:
+        return [f"The models were all computed in one mode: {shared}."]
     keys = ["d1", "L1", "budget", "seed"]
     parts = dict.fromkeys(f"{_who(df, r, 'M_0', keys)}: {r['m0_mode']}" for _, r in df.iterrows())
     for _, r in df.iterrows():
