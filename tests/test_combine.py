@@ -372,6 +372,25 @@ def test_wrong_shape_and_false_exactness_are_caught_before_training(tmp_path):
         check_operator("not_exact", str(path), ["not_exact"], n=1, d0=16, L0=1, d1=32, L1=1, head_dim=8)
 
 
+def test_a_plugin_that_returns_the_wrong_width_in_a_chain_is_named_not_the_operator_after_it(tmp_path):
+    """A width operator that returns its member unchanged, chained before zero_block: the check names the
+    plugin and the width its step asked for, not zero_block, which would only stop on the width it was given."""
+    path = tmp_path / "narrow.py"
+    path.write_text(
+        "from growlm.growth import register_operator\n"
+        "@register_operator('too_narrow', axis='width', exact=False)\n"
+        "def too_narrow(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+        "    return models[0]\n")
+    declare([path])
+    load_plugins([path])
+    with pytest.raises(GrowlmError) as err:
+        check_operator("too_narrow", str(path), ["too_narrow", "zero_block"], n=1, d0=16, L0=1, d1=32, L1=2,
+                       head_dim=8)
+    assert str(err.value).endswith("too_narrow returned a model of width 16 and depth 1, not 32 and 1 (what its step "
+                                   "of too_narrow+zero_block asks for)"), err.value
+    assert "zero_block keeps" not in str(err.value)
+
+
 @pytest.mark.slow
 def test_plugins_and_a_shared_trunk_run_compared_and_costed_through_one_tiny_workflow(tmp_path):
     """One tiny workflow, two subjects (one run, to keep the suite short):

@@ -16,6 +16,7 @@ import copy
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -139,6 +140,21 @@ def test_a_run_in_a_folder_of_its_own_names_growlms_config_first(tmp_path):
     assert jobs(elsewhere.stdout + elsewhere.stderr) == jobs(at_root.stdout + at_root.stderr)
     alone = dry(tmp_path, TINY)
     assert alone.returncode != 0 and "name growlm's config first: --configfile" in alone.stdout + alone.stderr
+
+
+def test_a_run_started_elsewhere_loads_growlms_workflow_profile(tmp_path):
+    """Snakemake finds a workflow profile in the folder it starts in or beside the Snakefile: growlm's is
+    profiles/default at the root, and workflow/profiles/default links to it, so that a run started in a folder
+    of its own (`-s .../workflow/Snakefile --directory here`) loads the same profile (rerun-incomplete, the
+    failed jobs' logs) as a run from the root. Here the run stops at its config check, after loading it."""
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "--directory", str(tmp_path), "-n", "--cores", "1",
+           "--configfile", str(REPO / "config" / "config.yaml"), str(TINY), "--config", "experiment=models"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    loaded = re.search(r"Using workflow specific profile (\S+) for setting default command line arguments", out)
+    assert loaded, out[-2000:]
+    assert Path(loaded.group(1)).resolve() == (REPO / "profiles" / "default").resolve()
+    assert proc.returncode != 0 and "experiment = 'models'" in out  # and the run went on to its config check
 
 
 def test_the_schema_defaults_are_config_yaml_s():

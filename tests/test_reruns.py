@@ -113,9 +113,13 @@ TABLE = {
     "train.eval_tokens": ("train: {eval_tokens: 1024}", {*TRAINING, "grow", "profile"}, set()),
     "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
-    "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
-    "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
-    "train.compile_ramps": ("train: {compile_ramps: true}", set(), set()),  # how the ramp steps run: ditto
+    # how the steps run, which changes the last digits of every loss (the order of floating-point sums) but not
+    # what is computed: by choice they rerun nothing (rounding far below the seeds' spread is no reason to retrain
+    # an experiment), and each job records the mode it computed in instead (growlm.modes: its ledger, growlm.json,
+    # the comparison's m0_mode/m1_mode and the report, which says when the models were not all in one mode)
+    "train.threads": ("train: {threads: 2}", set(), set()),  # the jobs' threads, not a param
+    "train.compile": ("train: {compile: true}", set(), set()),  # params.how, derived from resources
+    "train.compile_ramps": ("train: {compile_ramps: true}", set(), set()),  # ditto
     "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
     "train.log_to": ("train: {log_to: []}", set(), set()),  # where live curves go (params.live, derived)
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed

@@ -17,6 +17,7 @@ RULES_DIR = str(workflow.current_basedir)  # this folder, also when growlm runs 
 sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
 
 from growlm import hints, outputs  # noqa: E402
+from growlm.config_values import config_tag_problems  # noqa: E402
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import arm_levels, level_names  # noqa: E402
 from growlm.methods import SINGLE_MEMBER, method_id, needs_single_member_control  # noqa: E402
@@ -78,6 +79,11 @@ def source_file(source):
         return source["hf"]
     return None
 
+
+# a YAML tag in a --config value is dropped by Snakemake's reading: said, not run with what is left
+TAGGED = config_tag_problems(sys.argv) if MAIN_PROCESS else []
+if TAGGED:
+    raise WorkflowError(f"config error: {TAGGED[0]}")
 
 # every value, every combination of the sweep and every source, before any job (growlm.validate)
 try:

@@ -30,6 +30,7 @@ rule report_figures:
         tasks=[res("eval/tasks.csv")] if TASKS else [],
     output:
         summary=res("report/summary.rst"),
+        answer=res("report/answer.svg"),  # the first page's figure, inside summary.rst too
         loss=report(
             res("report/loss_vs_flops.svg"),
             caption="../report/loss_vs_flops.rst",

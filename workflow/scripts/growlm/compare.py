@@ -24,6 +24,7 @@ import pandas as pd
 from growlm.errors import GrowlmError, damaged, read_json
 from growlm.growth_record import Growth
 from growlm.methods import OPERATORS, is_single_member_control, members_used
+from growlm.modes import NOT_RECORDED, arm_mode, job_mode
 from growlm.pretrained import shape_of_config
 from growlm.tokens import load_tokens
 
@@ -48,7 +49,22 @@ def read_ledger(path: str | Path) -> pd.DataFrame:
     # the training time: wall seconds less torch.compile's compilation (a ledger without compile_s: none)
     compile_s = pd.to_numeric(df["compile_s"], errors="coerce").fillna(0.0) if "compile_s" in df else 0.0
     df["train_wall_s"] = df["wall_s"] - compile_s
+    # how each row was computed (growlm.modes); a ledger of a growlm older than modes does not say
+    df["mode"] = df["mode"].fillna(NOT_RECORDED).astype(str) if "mode" in df else NOT_RECORDED
     return df
+
+
+def ledger_mode(ledger: pd.DataFrame) -> str:
+    """The mode a model's ledger rows were computed in (`growlm.modes.job_mode`: two when a resume changed it)."""
+    return job_mode(ledger["mode"])
+
+
+def arm_modes(m1: pd.DataFrame, growth: Growth, member_ledgers: list[pd.DataFrame]) -> str:
+    """The mode of an M_1 (`growlm.modes.arm_mode`): its members' training (those growlm trained), its
+    schedule's stages (a schedule's growth is training) and its refinement's."""
+    return arm_mode({"members": [ledger_mode(led) for led in member_ledgers],
+                     "growth": [str(st.get("mode") or NOT_RECORDED) for st in growth.stages or []],
+                     "refinement": [ledger_mode(m1)]})
 
 
 def first_reach(ledger: pd.DataFrame, target: float, column: str = "flops") -> float:
@@ -295,13 +311,16 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     # with the members' cost unknown the curve starts at the growth's cost (members free, as the row says)
     c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=growth_flops if unknown else offset, lr=combo["lr"],
                    **keys)
-    curves = [c0, c1]
+    curves, member_ledgers = [c0, c1], []
     for i, member in enumerate(used, start=1):
         if not (Path(member["dir"]) / "ledger.csv").is_file():  # a pretrained member: not trained here
             continue
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
+        member_ledgers.append(led)
         curves.append(led.assign(arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset_flops=0.0,
                                  **keys))
+    # how each arm's numbers were computed (growlm.modes: compile and CPU threads change the last digits)
+    row["m0_mode"], row["m1_mode"] = ledger_mode(m0), arm_modes(m1, growth, member_ledgers)
     return row, curves
 
 

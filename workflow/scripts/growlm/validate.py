@@ -292,7 +292,7 @@ def family_problems(config: dict) -> list[str]:
     name, so that a family is added by its description and class alone)."""
     model = config.get("model")
     family = model.get("family") if isinstance(model, dict) else None
-    if family is None or family in FAMILY_SPECS:
+    if not isinstance(family, str) or family in FAMILY_SPECS:  # not a name at all: the schema says so
         return []
     near = difflib.get_close_matches(str(family), list(FAMILY_SPECS), n=1)
     return [f"model.family = {family!r}: not a model family growlm has; one of {', '.join(FAMILY_SPECS)}"

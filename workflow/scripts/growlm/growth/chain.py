@@ -75,6 +75,19 @@ def member_shape(members) -> ModelShape:
     return ref
 
 
+def check_step(model, name: str, chain: list[str], *, width: int, depth: int) -> None:
+    """What operator `name` returned is a model of the width and depth its step of `chain` asked for: an
+    operator (a plugin's) that returns another is named here, not the operator after it, which would
+    stop on a shape it was never meant to see."""
+    config = getattr(model, "config", None)
+    if config is None or not callable(model):
+        raise GrowlmError(f"{name} returned a {type(model).__name__}, not a model of the members' family")
+    shape = ModelShape.of(config)
+    if (shape.d, shape.L) != (width, depth):
+        step = f" (what its step of {'+'.join(chain)} asks for)" if len(chain) > 1 else ""
+        raise GrowlmError(f"{name} returned a model of width {shape.d} and depth {shape.L}, not {width} and {depth}{step}")
+
+
 def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, **options):
     """Grow `members` (models of one family and shape) into a model of width n_embd and depth n_layer."""
     if isinstance(members, torch.nn.Module):
@@ -99,6 +112,8 @@ def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = Non
                 cur = [fn([m], n_embd=tw, n_layer=tl, n_head=hd, seed=seed + j, **opts) for j, m in enumerate(cur)]
             else:
                 cur = [fn(cur[:1], n_embd=tw, n_layer=tl, n_head=hd, seed=seed, **opts)]
+            for m in cur:
+                check_step(m, "+".join(fused), names, width=tw, depth=tl)
     model = cur[0]
     flops = sum(int(getattr(m, "growlm_growth_flops", 0)) for m in cur)
     model.growlm_growth_flops = flops

@@ -87,6 +87,8 @@ COMPARISON_COLUMNS = {
     "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
     "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
     "wall_ratio": "wall ratio (small counted)",
+    # how each arm was computed (growlm.modes): torch.compile and the CPU threads change the last digits
+    "m0_mode": "M_0 computed", "m1_mode": "M_1 computed",
 }
 
 
