@@ -33,8 +33,8 @@ def training_resources():
 
     On one node: `gpu` GPUs (SLURM's --gpus; locally the job claims that many devices of its own,
     growlm.gpus) and `cpus_per_gpu` CPUs each. Across `resources.nodes` > 1 nodes (SLURM only): one task
-    per node (`tasks`, with `mpi`, so that the SLURM plugin starts the rule itself once, on the first
-    node, and the rule starts the tasks with srun: growlm.launch), `gres: gpu:G` GPUs on every node
+    per node (`tasks`, with `mpi`, so that the SLURM plugin starts the job once, on the first node, and
+    the job starts the tasks with srun, growlm.launch), `gres: gpu:G` GPUs on every node
     instead of `gpu` (which would count them for the whole job), `cpus_per_task` CPUs on every node
     (without it each task gets one CPU) and `tasks_per_gpu: 0` (else the plugin asks for a task per
     GPU). `mem_mb` is then per node."""
@@ -45,8 +45,9 @@ def training_resources():
     )
     if res["nodes"] == 1:
         return dict(gpu=res["gpu"], cpus_per_gpu=res["cpus_per_gpu"], **scaled)
-    across = dict(nodes=res["nodes"], tasks=res["nodes"], tasks_per_gpu=0, mpi="srun",
-                  cpus_per_task=node_cpus(), **scaled)
+    across = dict(
+        nodes=res["nodes"], tasks=res["nodes"], tasks_per_gpu=0, mpi="srun", cpus_per_task=node_cpus(), **scaled
+    )
     if res["gpu"]:
         across["gres"] = f"gpu:{res['gpu']}"
     return across
