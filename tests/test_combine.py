@@ -285,6 +285,42 @@ def test_the_documented_tutorial_is_the_example_file(section, example):
     assert len(code) >= 8 and all(ln in lines for ln in code), [ln for ln in code if ln not in lines]
 
 
+def test_a_plugin_check_says_it_runs_and_runs_once_for_the_same_files(tmp_path, capfd):
+    """The check before the first job (Snakemake's onstart) says that it runs before it imports the
+    plugins (a plugin may be slow), and a check that passed is not run again while the plugin files are
+    the same: the run after it goes straight to its jobs. A changed file is checked again."""
+    import copy
+
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from growlm.validate import check_config, check_plugin_operators
+
+    plugin, marker = tmp_path / "average_then_grow.py", tmp_path / "imported"
+    plugin.write_text(f"open({str(marker)!r}, 'a').write('x')  # each import of the plugin, counted\n"
+                      + GOOD.read_text())
+    schema = REPO / "workflow" / "schemas" / "config.schema.yaml"
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load(TINY.read_text()))
+    update_config(config, {"methods": ["average_then_grow"], "grow": {"plugins": [str(plugin)]}})
+    sweep = check_config(config, schema, resolve_source=lambda s: REPO / "workflow/resources/corpus" / s["bundled"],
+                         fill_defaults=lambda c: validate(c, str(schema)))
+    spec = tmp_path / "results" / "plugins" / "check.json"
+
+    def check() -> tuple[str, str]:
+        said = check_plugin_operators(copy.deepcopy(config), sweep, spec)
+        return said, capfd.readouterr().err
+
+    said, err = check()
+    assert err.startswith(f"growlm: checking the plugin operators of {plugin} on small random members") and said
+    assert marker.read_text() == "x"
+    again, err = check()
+    assert again == f"{said} (checked before, on the same files)" and err == "" and marker.read_text() == "x"
+    plugin.write_text(plugin.read_text() + "# edited\n")
+    third, err = check()
+    assert third == said and "checking the plugin operators" in err and marker.read_text() == "xx"
+
+
 SMOOTH = REPO / "examples" / "smooth_labels.py"
 
 

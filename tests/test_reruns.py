@@ -88,7 +88,7 @@ TABLE = {
     # members you already have: imported (not trained), their tokenizer the experiment's, M_0 built like them
     "members.pretrained": ("members: {pretrained: [pm/m1, pm/m2], data: seed}",
                            {"compare", "evaluate_ensemble", "grow", "plans_table", "profile", "profile_report",
-                            "train_baseline"}, {"evaluate_model", "import_member", "member_tokenizer"}),
+                            "train_baseline"}, {"evaluate_model", "import_member", "member_part", "member_tokenizer"}),
     "members.cost": ("members: {cost: {tokens: 5}}", set(), set()),  # a pretrained member's: none here
     # the members branch from a trunk trained once: their budget (params) and their inputs change
     "members.trunk": ("members: {trunk: 0.5}", {"train_small"}, {"train_trunk"}),

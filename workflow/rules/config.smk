@@ -12,9 +12,16 @@ from snakemake.cli import get_argument_parser
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-# this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy)
+# this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy), here
+# and in every job: Snakemake puts a script's folder after site-packages, where another growlm (an
+# editable install of another checkout, a pip-installed growlm) would win; the jobs inherit PYTHONPATH
+# with it first, and stop naming both if another copy still runs (growlm.errors.job_log)
 RULES_DIR = str(workflow.current_basedir)  # this folder, also when growlm runs as another workflow's module
 sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
+
+from growlm.errors import export_library  # noqa: E402
+
+export_library(Path(RULES_DIR).parent / "scripts")
 
 from growlm import hints, outputs  # noqa: E402
 from growlm.config_values import config_tag_problems  # noqa: E402

@@ -69,6 +69,22 @@ def grow_params(wildcards):
     }
 
 
+def pretrained_params():
+    """{"pretrained": the members brought (members.pretrained), their stated cost (members.cost) and the
+    context it is priced at} for the rules that price the members (growlm.compare.priced); nothing
+    without pretrained members, so that members.cost then reruns nothing."""
+    if not PRETRAINED_MEMBERS:
+        return {}
+    members = config["members"]
+    return {
+        "pretrained": {
+            "sources": canonical(PRETRAINED_MEMBERS),
+            "cost": members["cost"],
+            "context": config["model"]["context"],
+        }
+    }
+
+
 def live_settings(wildcards, output):
     """Where a training job writes its live curves (`train.log_to`; None: nowhere): one run per model
     under the experiment's live/ folder, named by the model's path under models/. A params function of
@@ -76,7 +92,13 @@ def live_settings(wildcards, output):
     if not config["train"]["log_to"]:
         return None
     name = os.path.relpath(str(Path(output.model).parent), res("models"))
-    return {"to": list(config["train"]["log_to"]), "dir": res(f"live/{name}"), "name": name, "experiment": EXPERIMENT}
+    return {
+        "to": list(config["train"]["log_to"]),
+        "dir": res(f"live/{name}"),
+        "name": name,
+        "experiment": EXPERIMENT,
+        **pretrained_params(),
+    }  # a refinement's curves start at its members' stated cost
 
 
 def job_how(wildcards, resources):

@@ -88,6 +88,7 @@ rule report_tasks:
     conda:
         "../envs/growlm.yaml"
     params:
+        **pretrained_params(),  # the members brought and their stated cost (members.cost)
         combos=combos(),
         paths={"small": SMALL, "baseline": BASELINE, "grown": GROWN, "refined": REFINED},
     script:

@@ -30,11 +30,11 @@ from transformers import PreTrainedModel
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, read_json, record_sha256
 from growlm.families import FAMILY, family_of
-from growlm.growth.algebra import norm_eps
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain
 from growlm.model import load_model, save_model
+from growlm.pretrained import setting_differences
 from growlm.shape import ModelShape
 
 GROWN_JSON = "growlm_grown.json"
@@ -67,11 +67,11 @@ def member_shape(members) -> ModelShape:
             if getattr(s, k) != getattr(ref, k):
                 raise GrowlmError(f"members differ in {what}: member 1 has {getattr(ref, k)}, "
                                   f"member {i} has {getattr(s, k)}")
-        fam = family_of(c0)
-        for what, a, b in ((fam.spec.keys["activation"], fam.activation(c0), fam.activation(m.config)),
-                           ("norm epsilon", norm_eps(c0), norm_eps(m.config))):
-            if a != b:
-                raise GrowlmError(f"members differ in {what}: {a} vs {b}")
+        # every other setting that changes what a member computes (activation, norm epsilon, rotary
+        # settings...): the grown model is built from member 1's config, so it must be every member's
+        for what, a, b in setting_differences(c0.to_dict(), m.config.to_dict()):
+            raise GrowlmError(f"members differ in {'their rotary settings' if what == 'rope' else what}: member 1 "
+                              f"has {a}, member {i} has {b}")
     return ref
 
 

@@ -27,8 +27,7 @@ from growlm.hub import hub_file, unreachable
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.family_specs import spec_for_model_type
-from growlm.pretrained import (TOKENIZER_FILES, member_cost_flops, spec_of,
-                               tokenizer_identity)
+from growlm.pretrained import TOKENIZER_FILES, spec_of, tokenizer_identity
 from growlm.pretrained import label as member_label
 from growlm.refiners import REFINERS
 from growlm.runner import TrainingJob, run_job
@@ -60,7 +59,7 @@ def live_curves(settings: dict | None, *, grown_dir=None):
     `grown_dir`), where the report's curves of M_1 start."""
     offset = 0.0
     if settings and settings.get("to") and grown_dir is not None:
-        cost = growth_cost(Growth.read(grown_dir))
+        cost = growth_cost(Growth.read(grown_dir), settings.get("pretrained"))  # members.cost, if any
         offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
     return live.session(settings, offset_flops=offset)
 
@@ -96,17 +95,17 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
 
 
-def import_member(member, *, out_dir, cost: dict | None = None, context: int = 128,
-                  number: int | None = None) -> dict:
+def import_member(member, *, out_dir, context: int = 128, number: int | None = None) -> dict:
     """A pretrained member (members.pretrained: a save_pretrained folder or a Hub id, growlm.pretrained)
     as a growlm model folder: loaded with `AutoModelForCausalLM.from_pretrained` (the same call for both,
     with its revision), its dropout set to zero (growlm trains every model without dropout), in
     float32 (a member stored in another dtype is converted, and the log says so), a model type that a
     family reads as its own (Qwen2, Mistral: the llama description's `read_as`) rebuilt as that family's
-    model with the same weights and logits (`growlm.families.Family.adopt`), saved with its tokenizer and a growlm.json that says where it came
-    from (the Hub commit its revision resolved to) and what its training cost: the stated
-    `members.cost`, or unknown. `number`: the member's place in members.pretrained (from 1), which every
-    message names; by default the number of its folder (models/pretrained/m2: 2)."""
+    model with the same weights and logits (`growlm.families.Family.adopt`), saved with its tokenizer and a
+    growlm.json that says where it came from (the Hub commit its revision resolved to). What its training
+    cost is not the import's to say: the comparison prices it from `members.cost` (`growlm.compare.priced`),
+    so that a stated cost reruns the comparison alone. `number`: the member's place in members.pretrained
+    (from 1), which every message names; by default the number of its folder (models/pretrained/m2: 2)."""
     spec = spec_of(member)
     where, revision = spec["where"], spec["revision"]
     out_dir = Path(out_dir)
@@ -148,10 +147,8 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
         model = FAMILY[reader.name].adopt(model, name, context=context)
     family_of(model)  # a family growlm grows, or a one-line error
     shape = ModelShape.of(model)
-    flops = member_cost_flops(cost, shape, context)
-    info = {"role": "pretrained member", "source": spec, "commit": commit,
-            "cost": "stated" if flops is not None else "unknown", "source_dtype": stored,
-            "train": {"flops": flops, "wall_s": 0.0, "tokens": (cost or {}).get("tokens")}}
+    info = {"role": "pretrained member", "source": spec, "commit": commit, "source_dtype": stored,
+            "train": {"flops": None, "wall_s": 0.0, "tokens": None}}  # not trained here: priced by the comparison
     if source_family != shape.family:
         info["converted_from"] = source_family
     save_model(model, out_dir, extra=info)
@@ -159,8 +156,7 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     if not (out_dir / "tokenizer.json").is_file():
         raise GrowlmError(f"{name}: its tokenizer has no fast (tokenizer.json) form")
     read_as = f" read as {shape.family}," if source_family != shape.family else ""
-    log(f"imported {where} ({source_family},{read_as} width {shape.d}, depth {shape.L}, vocabulary {shape.V}); "
-        f"training cost {'%.3g FLOPs (stated)' % flops if flops is not None else 'unknown (not counted)'}")
+    log(f"imported {where} ({source_family},{read_as} width {shape.d}, depth {shape.L}, vocabulary {shape.V})")
     return info
 
 
