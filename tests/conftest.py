@@ -60,13 +60,20 @@ def _no_controller_slurm_conf() -> Path:
     `scontrol show config` at import. Once tests/test_slurm.py has installed SLURM and stopped its
     cluster, /etc/slurm/slurm.conf names a controller that is down, and each scontrol call waits
     about 9 s for it (MessageTimeout=10): 9 s added to every local Snakemake run after the SLURM
-    tests. Local runs get this file as SLURM_CONF instead; the cluster tests do not use it."""
+    tests. Every other process the tests start gets this file as SLURM_CONF instead; the cluster tests do
+    not use it."""
     import tempfile
 
     path = Path(tempfile.gettempdir()) / "growlm-tests-no-slurmctld.conf"
     path.write_text("ClusterName=none\nSlurmctldHost=localhost\nMessageTimeout=1\n"
                     "NodeName=localhost CPUs=1\nPartitionName=none Nodes=localhost\n")
     return path
+
+
+# Every process the tests start sees that file, whoever starts it (run_snakemake, a test's own subprocess, a
+# benchmark's smoke run, Snakemake's API in this process); tests/slurm_cluster.py's `cluster_env` takes it out
+# again for what talks to the test cluster.
+os.environ["SLURM_CONF"] = str(_no_controller_slurm_conf())
 
 
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -104,7 +104,17 @@ class ClusterInfo:
         return self.log_dir / f"slurmd-{node}.log"
 
 
+def cluster_env(**extra: str) -> dict:
+    """The environment of a process that talks to the test cluster: this one's without SLURM_CONF (which
+    tests/conftest.py points at a controller that answers at once that it is not there), so that SLURM's
+    commands read the cluster's own /etc/slurm/slurm.conf, as its jobs' steps do (they get no SLURM_CONF)."""
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    env.update(extra)
+    return env
+
+
 def _run(cmd, timeout=60, check=False, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("env", cluster_env())
     return subprocess.run(
         cmd,
         shell=isinstance(cmd, str),
@@ -447,7 +457,7 @@ def run_snakemake_on_cluster(
 
     stdout and stderr are captured (text, merged into .stdout); add `--verbose` to `extra_args`
     to see the sbatch lines. The SLURM logs stay under `<workdir>/.snakemake/slurm_logs/`."""
-    env = dict(os.environ)
+    env = cluster_env()
     # the venv's bin on PATH, so jobs that call `python` (and the jobstep's srun) find it
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return subprocess.run(
@@ -461,7 +471,7 @@ def popen_snakemake_on_cluster(
     workdir, snakefile, configfiles=(), extra_args=(), profile=SLURM_LOCAL_PROFILE, log=None
 ) -> subprocess.Popen:
     """Like run_snakemake_on_cluster but returns at once (output to `log`, a path)."""
-    env = dict(os.environ)
+    env = cluster_env()
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     out = open(log, "w") if log else subprocess.DEVNULL
     return subprocess.Popen(

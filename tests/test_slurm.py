@@ -50,6 +50,13 @@ except ImportError:  # tests/ imported as a package
 pytestmark = pytest.mark.slurm
 
 
+@pytest.fixture(autouse=True)
+def _cluster_conf(monkeypatch):
+    """SLURM's commands in these tests (sbatch, squeue, scontrol) read the test cluster's own slurm.conf, not
+    the controller-less one tests/conftest.py gives every other process (slurm_cluster.cluster_env)."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     try:
