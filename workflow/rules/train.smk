@@ -11,6 +11,7 @@ rule train_small:
         tokenizer=res("tokenizer/tokenizer.json"),
         trunk=trunk_model,
     output:
+        **before_decay_output(),
         model=f"{SMALL}/model.safetensors",
         config=f"{SMALL}/config.json",
         ledger=f"{SMALL}/ledger.csv",

@@ -1,0 +1,195 @@
+"""Cosine against warmup-stable-decay, and growth before the decay: section 8's arms under both schedules.
+
+    .venv/bin/python bench/schedules.py                   # three workflow runs (hours on 2 cores), then the table
+    .venv/bin/python bench/schedules.py --summarise-only  # the table and plot from finished runs
+
+The setting is section 8's (bench/savings.yaml + bench/budgets.yaml: members d0 = 32, L0 = 2 trained 150k tokens
+on level 0; M_0 and M_1 d1 = 64, L1 = 4 on level 1; `msg` from m_1 and `msg_members` + `carry` from both members;
+3 seeds; every large arm at its own best of the peak rates 4e-3 and 8e-3) at M_0's budgets of 400k and 6.4M tokens
+(bench/schedules.yaml), run three times, each in its own folder:
+
+* `cosine` (bench/run_schedules_cosine): growlm's cosine for every job, as section 8 ran it;
+* `wsd` (bench/run_schedules_wsd): every job - members, M_0, refinements - under warmup-stable-decay
+  (bench/schedules_wsd.yaml: the same warm-up, the peak held, the last 20% of the steps decaying to the same
+  floor, 1-sqrt), the members grown as they end (annealed);
+* `wsd, before decay` (bench/run_schedules_before_decay, a copy of the wsd folder, so that its members and M_0
+  are the wsd run's own): the members grown where their decay began, their training up to there counted
+  (bench/schedules_before_decay.yaml); only growth and the refinements run again.
+
+The table (bench/results/schedules_table.csv, per seed in schedules_table_seeds.csv, drawn in schedules_table.svg)
+gives per arm, schedule and budget: how many seeds reached M_0's final validation loss, the cost ratio with the
+members counted and free (growlm.compare: mean and standard deviation over the seeds that reached it), M_0's and
+M_1's final and best validation loss, and M_0's budget in tokens per parameter (non-embedding and total). Each
+wsd arm is compared twice: against M_0 trained under wsd (its own run) and against M_0 trained under the cosine
+(the cosine run's M_0 at its own best rate), by growlm's own comparison function (growlm.compare.compare_one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+
+from budgets import best_losses  # noqa: E402
+from savings import run_workflow  # noqa: E402
+
+OVERLAYS = [REPO / "bench" / "budgets.yaml", REPO / "bench" / "schedules.yaml"]
+# (name, run folder, its overlays on top of OVERLAYS, the folder it starts as a copy of)
+RUNS = [("wsd", "run_schedules_wsd", ["schedules_wsd.yaml"], None),
+        ("wsd, before decay", "run_schedules_before_decay", ["schedules_wsd.yaml", "schedules_before_decay.yaml"],
+         "run_schedules_wsd"),
+        ("cosine", "run_schedules_cosine", [], None)]
+PATHS = {"baseline": "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}",
+         "grown": "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}",
+         "refined": "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/t{budget}_lr{lr}/s{seed}"}
+
+
+def run_all(cores: int, root: Path, extra: list[str]) -> None:
+    """The three runs, one after the other (the second in a copy of the first's finished folder)."""
+    for _, folder, overlays, copy_of in RUNS:
+        run = root / folder
+        if copy_of is not None and not run.exists():
+            shutil.copytree(root / copy_of, run, symlinks=True, ignore=shutil.ignore_patterns("locks", "incomplete"))
+        run_workflow(cores, extra, [*OVERLAYS, *(REPO / "bench" / o for o in overlays)], run)
+
+
+def m0_params(run: Path) -> tuple[int, int]:
+    """(non-embedding, total) parameters of the run's M_0, from its config.json."""
+    from growlm.errors import read_json
+    from growlm.pretrained import shape_of_config
+
+    config = next((run / "results" / "models" / "baseline").glob("*/*/s*/config.json"))
+    shape = shape_of_config(read_json(config), str(config))
+    return shape.n_params - shape.embedding_params, shape.n_params
+
+
+def own_rows(name: str, run: Path) -> pd.DataFrame:
+    """The run's own comparison (each M_1 against M_0 of the same run), one row per arm, budget and seed, with
+    every arm's final and best validation loss."""
+    comparison = pd.read_csv(run / "results" / "eval" / "comparison.csv")
+    return with_losses(comparison, pd.read_csv(run / "results" / "eval" / "curves.csv")).assign(
+        schedule=name, m0_schedule=name.split(",")[0])
+
+
+def with_losses(comparison: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    losses = best_losses(curves)
+    keys = ["method", "seed", "budget"]
+    m0 = losses[losses["arm"].str.startswith("M_0")].groupby(keys)[["final", "best"]].first()
+    m1 = losses[losses["arm"].str.startswith("M_1")].groupby(keys)[["final", "best"]].first()
+    df = comparison.join(m0.add_prefix("m0_"), on=keys).join(m1.add_prefix("m1_"), on=keys)
+    df["reached"] = df["m1_flops_to_m0_loss"].notna()
+    return df
+
+
+def against_cosine_m0(name: str, run: Path, cosine: Path) -> pd.DataFrame:
+    """Each M_1 of a wsd run (at its own best rate) against the cosine run's M_0 (at its best rate), by
+    growlm.compare.compare_one, the function the workflow's comparison uses."""
+    from growlm.compare import compare_one
+
+    own = pd.read_csv(run / "results" / "eval" / "comparison.csv")
+    m0_lrs = pd.read_csv(cosine / "results" / "eval" / "comparison.csv").groupby("budget")["m0_lr"].first()
+    paths = {**PATHS, "baseline": str(cosine.resolve() / PATHS["baseline"])}
+    here = os.getcwd()
+    os.chdir(run)  # the growth records name the members' folders relative to the run
+    try:
+        rows, curves = [], []
+        for _, r in own.iterrows():
+            combo = {k: r[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
+            combo["lr"] = f"{float(r['m1_lr']):g}"
+            row, c = compare_one(combo, paths, m0_lr=f"{float(m0_lrs[r['budget']]):g}")
+            rows.append(row)
+            curves.extend(c)
+    finally:
+        os.chdir(here)
+    return with_losses(pd.DataFrame(rows), pd.concat(curves, ignore_index=True)).assign(
+        schedule=name, m0_schedule="cosine")
+
+
+def table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, schedule, M_0's schedule and budget, over the seeds."""
+    def reached_mean(col):
+        return lambda s: s[rows.loc[s.index, "reached"]].mean()
+
+    def reached_std(col):
+        return lambda s: s[rows.loc[s.index, "reached"]].std()
+
+    out = rows.groupby(["method", "schedule", "m0_schedule", "budget"], sort=False).agg(
+        seeds=("seed", "nunique"), reached=("reached", "sum"), m0_lr=("m0_lr", "first"), m1_lr=("m1_lr", "first"),
+        cost_ratio=("cost_ratio", reached_mean("cost_ratio")), cost_ratio_std=("cost_ratio", reached_std("cost_ratio")),
+        small_free=("cost_ratio_small_free", reached_mean("cost_ratio_small_free")),
+        small_free_std=("cost_ratio_small_free", reached_std("cost_ratio_small_free")),
+        members_share=("small_flops", "mean"), m0_flops=("m0_flops", "mean"),
+        m0_final=("m0_final", "mean"), m0_best=("m0_best", "mean"), m1_final=("m1_final", "mean"),
+        m1_best=("m1_best", "mean"), m1_final_std=("m1_final", "std"),
+    ).reset_index()
+    out["members_share"] = out["members_share"] / out.pop("m0_flops")  # the members' FLOPs over M_0's
+    return out
+
+
+def plot(t: pd.DataFrame, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, (budget, g) in zip(axes, t.groupby("budget")):
+        labels = [f"{m}\n{s} vs M_0 {m0}" for m, s, m0 in zip(g["method"], g["schedule"], g["m0_schedule"])]
+        y = range(len(g))
+        ax.barh(y, g["cost_ratio"], xerr=g["cost_ratio_std"].fillna(0), color="tab:blue", label="members counted")
+        ax.scatter(g["small_free"], y, color="tab:orange", zorder=3, label="members free")
+        ax.set_yticks(list(y), labels, fontsize=6)
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.axvline(0.4, color="tab:green", lw=0.8, ls="--", label="0.40")
+        ax.set_title(f"M_0's budget {int(budget):,} tokens ({g['tokens_per_param'].iloc[0]:.1f} per non-embedding "
+                     f"parameter)", fontsize=8)
+        ax.set_xlabel("FLOPs to M_0's final loss / M_0's FLOPs")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--root", default=str(REPO / "bench"), help="where the run folders are (default bench/)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "schedules_table.csv"))
+    args, extra = ap.parse_known_args(argv)
+    root = Path(args.root)
+    if not args.summarise_only:
+        run_all(args.cores, root, extra)
+    runs = {name: root / folder for name, folder, _, _ in RUNS
+            if (root / folder / "results" / "eval" / "comparison.csv").is_file()}
+    missing = [name for name, *_ in RUNS if name not in runs]
+    if missing:
+        print(f"not finished (left out): {', '.join(missing)}")
+    rows = [own_rows(name, run) for name, run in runs.items()]
+    if "cosine" in runs:
+        rows += [against_cosine_m0(name, run, runs["cosine"]) for name, run in runs.items() if name != "cosine"]
+    seeds = pd.concat(rows, ignore_index=True)
+    non_embedding, total = m0_params(next(iter(runs.values())))
+    t = table(seeds)
+    t["tokens_per_param"] = t["budget"] / non_embedding
+    t["tokens_per_param_total"] = t["budget"] / total
+    cols = ["method", "schedule", "m0_schedule", "budget", "seed", "m0_lr", "m1_lr", "reached", "cost_ratio",
+            "cost_ratio_small_free", "small_flops", "m0_flops", "m0_final", "m0_best", "m1_final", "m1_best"]
+    seeds[cols].sort_values(["method", "budget", "schedule", "m0_schedule", "seed"]).to_csv(
+        Path(args.out).with_name(Path(args.out).stem + "_seeds.csv"), index=False)
+    t.to_csv(args.out, index=False)
+    plot(t, Path(args.out).with_suffix(".svg"))
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(t.round(3).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
