@@ -2,7 +2,7 @@
 (torch-free: the Snakefile resolves the grow and refine jobs' settings with it).
 
 growlm refines every grown model with one common recipe (fresh AdamW, `train.refine.warmup_steps` of
-warm-up to the large arms' peak rate, cosine decay over the budget). Where a method's paper prescribes
+warm-up to the large arms' peak rate, decay over the budget by the refinement's `train.schedule`). Where a method's paper prescribes
 its own, it is applied here on top, and a user's settings override it (`grow.options.<operator>`, the
 `vcycle` and `apollo` keys). What each paper prescribes, and what growlm chose where a paper says
 nothing that carries to a small run, is listed in `RECIPES` (docs/methods.md shows it):
