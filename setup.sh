@@ -13,7 +13,18 @@
 #   - no NVIDIA driver: the CPU build, torch==VERSION+cpu from pip's own configured index (or
 #     find-links) where it offers it, else PyTorch's CPU index; if that is out of reach, torch from
 #     pip's configured index as it comes.
+#
+# For a machine without a network (docs/setup.md, "Without a network"):
+#   bash setup.sh --download DIR [--python X.Y] [--platform TAG] [--extras test,eval] [--no-torch]
+#       on a machine with one: every wheel growlm needs (torch, the pinned packages and all they need,
+#       the extras, the build backend) for that Python and platform (default: this machine's) into DIR;
+#       torch as above for this machine, the CPU build for another platform unless TORCH_INDEX is set;
+#   bash setup.sh --offline DIR [--machine-torch]
+#       on the machine without one: .venv from DIR alone (pip --no-index --find-links DIR); torch from
+#       DIR when it is there, else the machine's own if it is the pinned version (--machine-torch: the
+#       machine's own whatever its version).
 set -euo pipefail
+START=$PWD  # a folder given relative to where setup.sh was called from
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
@@ -32,6 +43,149 @@ driver_cuda() {
 version_le() {
     local a_major=${1%%.*} a_minor=${1#*.} b_major=${2%%.*} b_minor=${2#*.}
     [ "$a_major" -lt "$b_major" ] || { [ "$a_major" -eq "$b_major" ] && [ "$a_minor" -le "$b_minor" ]; }
+}
+
+# growlm's requirements (pyproject.toml: the dependencies, the extras asked for, the build backend), one a
+# line, torch left out (it is fetched or found on its own)
+requirements() {
+    "$PYTHON" - "$1" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))
+extras = [e for e in sys.argv[1].split(",") if e]
+unknown = [e for e in extras if e not in project["project"]["optional-dependencies"]]
+if unknown:
+    sys.exit(f"setup.sh: no extra {', '.join(unknown)} in pyproject.toml")
+reqs = project["project"]["dependencies"] + [r for e in extras for r in project["project"]["optional-dependencies"][e]]
+reqs += project["build-system"]["requires"]
+print("\n".join(r for r in reqs if re.split(r"[=<>!~\[; ]", r)[0].lower() != "torch"))
+PY
+}
+
+# --platform TAG for pip: manylinux_2_N_ARCH and every older manylinux tag of that architecture (a
+# machine with glibc 2.N runs them all; pip itself adds none of them to a tag it is given)
+platform_args() {
+    [ -n "$PLATFORM" ] || return 0
+    case $PLATFORM in
+        manylinux_2_*)
+            local rest=${PLATFORM#manylinux_2_} minor arch
+            minor=${rest%%_*} arch=${rest#*_}
+            while [ "$minor" -ge 5 ]; do echo "--platform manylinux_2_${minor}_$arch"; minor=$((minor - 1)); done
+            echo "--platform manylinux2014_$arch --platform manylinux2010_$arch --platform manylinux1_$arch" ;;
+        *) echo "--platform $PLATFORM" ;;
+    esac
+}
+
+# a stand-in for torch (metadata only, in a folder of its own), so that pip resolves what needs torch
+# without fetching it (--no-torch: the other machine has torch)
+torch_standin() {
+    "$PYTHON" - "$1" "$TORCH_VERSION" <<'PY'
+import sys, zipfile
+folder, version = sys.argv[1], sys.argv[2]
+info = f"torch-{version}.dist-info"
+with zipfile.ZipFile(f"{folder}/torch-{version}-py3-none-any.whl", "w") as z:
+    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: growlm-setup\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr(f"{info}/RECORD", "")
+PY
+}
+
+download_wheels() {
+    local host target pip tmp log missing built tries=0 torch_says
+    mkdir -p "$DIR"
+    DIR=$(cd "$DIR" && pwd)
+    host=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    target=${TARGET_PYTHON:-$host}
+    pip=("$PYTHON" -m pip)
+    tmp=$(mktemp -d)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    # shellcheck disable=SC2207
+    local opts=(--only-binary=:all: --python-version "$target" $(platform_args) -d "$DIR" --find-links "$DIR")
+    [ "$target" = "$host" ] || echo "setup.sh: pip evaluates the packages' markers for this Python ($host), not $target: a dependency needed only on $target would be missing (PYTHON=python$target bash setup.sh ... fetches the exact set)"
+    requirements "$EXTRAS" > "$DIR/growlm-requirements.txt"
+    if [ -n "$NO_TORCH" ]; then
+        mkdir "$tmp/standin"
+        torch_standin "$tmp/standin"
+        opts+=(--find-links "$tmp/standin")
+        echo "torch==$TORCH_VERSION" > "$tmp/constraints.txt"
+        torch_says="none (--no-torch: the machine it is for has its own)"
+    else
+        echo "setup.sh: $TORCH_SAYS: $TORCH_WHY"
+        if [ "$TORCH_FROM" != cpu ]; then
+            "${pip[@]}" download --quiet "${opts[@]}" "torch==$TORCH_VERSION" --index-url "$TORCH_FROM"
+        elif ! "${pip[@]}" download --quiet "${opts[@]}" "torch==$TORCH_VERSION+cpu" 2>/dev/null; then
+            "${pip[@]}" download --quiet "${opts[@]}" "torch==$TORCH_VERSION" --index-url "$WHEELS/cpu"
+        fi
+        torch_says=$(cd "$DIR" && ls torch-"$TORCH_VERSION"*.whl | head -n 1)
+        echo "torch==$(echo "$torch_says" | sed -n 's/^torch-\([^-]*\)-.*/\1/p' | sed 's/%2B/+/')" > "$tmp/constraints.txt"
+    fi
+    # every other wheel; a package that PyPI has only as a source archive is built into a wheel here,
+    # which must then be pure Python (py3-none-any) to serve the other machine
+    log=$tmp/pip.log
+    until "${pip[@]}" download --quiet "${opts[@]}" -c "$tmp/constraints.txt" -r "$DIR/growlm-requirements.txt" 2> "$log"; do
+        missing=$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' "$log" | head -n 1)
+        tries=$((tries + 1))
+        if [ -z "$missing" ] || [ "$tries" -gt 20 ]; then
+            cat "$log" >&2
+            echo "setup.sh: the wheels for Python $target${PLATFORM:+ on $PLATFORM} could not all be fetched (above)" >&2
+            exit 1
+        fi
+        "${pip[@]}" wheel -qq --no-deps -w "$tmp/built" "$missing"
+        built=$(ls "$tmp/built")
+        case $built in
+            *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; echo "setup.sh: $missing has no wheel on the index; built $built (pure Python)" ;;
+            *) echo "setup.sh: $missing has no wheel for Python $target${PLATFORM:+ on $PLATFORM}, and builds only a platform wheel ($built): build it on such a machine (pip wheel $missing) into $DIR" >&2; exit 1 ;;
+        esac
+    done
+    rm -f "$DIR/torch-$TORCH_VERSION-py3-none-any.whl"  # the stand-in, where pip copied it
+    printf 'python %s\nplatform %s\ntorch %s\nextras %s\n' "$target" "${PLATFORM:-this machine}" "$torch_says" "$EXTRAS" \
+        > "$DIR/growlm-wheels.txt"
+    echo "setup.sh: $(ls "$DIR"/*.whl | wc -l) wheels ($(du -sh "$DIR" | cut -f1)) in $DIR for Python $target${PLATFORM:+ on $PLATFORM}; torch: $torch_says. On the machine without a network: bash setup.sh --offline $DIR"
+}
+
+# the version in the first line of $1's `NAME VALUE` manifest whose name is $2
+manifest() { sed -n "s/^$2 //p" "$1/growlm-wheels.txt" | head -n 1; }
+
+install_offline() {
+    local want have machine extras venv_flags=() pip
+    [ -f "$DIR/growlm-wheels.txt" ] || { echo "setup.sh: $DIR holds no wheels fetched by setup.sh --download (no growlm-wheels.txt)" >&2; exit 1; }
+    want=$(manifest "$DIR" python) have=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if [ "$want" != "$have" ]; then
+        echo "setup.sh: the wheels in $DIR are for Python $want and $PYTHON is Python $have: fetch them with --python $have, or run with PYTHON=python$want" >&2
+        exit 1
+    fi
+    extras=$(manifest "$DIR" extras)
+    machine=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+    if [ -n "$MACHINE_TORCH" ] && [ -z "$machine" ]; then
+        echo "setup.sh: --machine-torch, but $PYTHON has no torch" >&2
+        exit 1
+    fi
+    if [ -z "$MACHINE_TORCH" ] && ls "$DIR"/torch-"$TORCH_VERSION"[-+]*.whl >/dev/null 2>&1; then
+        TORCH_SAYS="torch $TORCH_VERSION from $DIR"
+    elif [ -n "$MACHINE_TORCH" ] || [ "${machine%%+*}" = "$TORCH_VERSION" ]; then
+        venv_flags=(--system-site-packages)  # the machine's torch, seen from the venv
+        TORCH_SAYS="the machine's torch $machine"
+        [ "${machine%%+*}" = "$TORCH_VERSION" ] || TORCH_SAYS="$TORCH_SAYS (--machine-torch; growlm pins $TORCH_VERSION and is tested with it)"
+    else
+        echo "setup.sh: torch $TORCH_VERSION is neither in $DIR nor $PYTHON's own (${machine:-none}): fetch it into $DIR where there is a network (bash setup.sh --download $DIR ...), or use the machine's with --machine-torch" >&2
+        exit 1
+    fi
+    echo "setup.sh: offline from $DIR (Python $want, extras '${extras}'), $TORCH_SAYS"
+    if [ ! -x .venv/bin/python ]; then
+        "$PYTHON" -m venv ${venv_flags[@]+"${venv_flags[@]}"} .venv
+    elif [ ${#venv_flags[@]} -gt 0 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+        echo "setup.sh: .venv was made without the machine's packages, so it cannot see its torch: remove .venv and run this again" >&2
+        exit 1
+    fi
+    pip=(.venv/bin/python -m pip install --quiet --no-index --find-links "$DIR")
+    if [ -n "$MACHINE_TORCH" ]; then  # everything but torch from DIR, growlm without its torch pin
+        "${pip[@]}" -r "$DIR/growlm-requirements.txt"
+        "${pip[@]}" --no-deps -e .
+    else
+        .venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" "torch==$TORCH_VERSION"
+        "${pip[@]}" -e ".${extras:+[$extras]}"
+    fi
+    .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up offline: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"
 }
 
 # sets TORCH_FROM (an index URL, or "cpu") and TORCH_WHY
@@ -62,14 +216,47 @@ choose_torch() {
     TORCH_WHY="the NVIDIA driver supports CUDA $cuda only, older than every CUDA build of torch $TORCH_VERSION ($TORCH_CUDA_BUILDS); update the driver for the GPU, or set TORCH_INDEX"
 }
 
-choose_torch
+MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --which-torch) MODE=which ;;
+        --download|--offline) MODE=${1#--}; DIR=${2:?"$1 needs a folder"}; shift
+                              case $DIR in /*) ;; *) DIR=$START/$DIR ;; esac ;;
+        --python) TARGET_PYTHON=${2:?--python needs a version such as 3.12}; shift ;;
+        --platform) PLATFORM=${2:?--platform needs a tag such as manylinux_2_28_x86_64}; shift ;;
+        --extras) EXTRAS=${2?--extras needs a list (empty: none)}; shift ;;
+        --no-torch) NO_TORCH=1 ;;
+        --machine-torch) MACHINE_TORCH=1 ;;
+        *) echo "setup.sh: unknown argument '$1' (see the head of setup.sh)" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$MODE" != download ] && { [ -n "$TARGET_PYTHON$PLATFORM$NO_TORCH" ] || [ "$EXTRAS" != test,eval ]; }; then
+    echo "setup.sh: --python, --platform, --extras and --no-torch go with --download" >&2
+    exit 2
+fi
+[ "$MODE" = offline ] || [ -z "$MACHINE_TORCH" ] || { echo "setup.sh: --machine-torch goes with --offline" >&2; exit 2; }
+
+if [ "$MODE" = download ] && { [ -n "$TARGET_PYTHON$PLATFORM" ] && [ -z "${TORCH_INDEX:-}" ]; }; then
+    TORCH_FROM=cpu TORCH_WHY="the wheels are for another machine, whose driver this one cannot see (set TORCH_INDEX for a CUDA build, or --no-torch where that machine has torch $TORCH_VERSION)"
+else
+    choose_torch
+fi
 if [ "$TORCH_FROM" = cpu ]; then
     TORCH_SAYS="torch $TORCH_VERSION, CPU build ($TORCH_VERSION+cpu from pip's configured index, else $WHEELS/cpu)"
 else
     TORCH_SAYS="torch $TORCH_VERSION from $TORCH_FROM"
 fi
-if [ "${1:-}" = "--which-torch" ]; then
+if [ "$MODE" = which ]; then
     echo "$TORCH_SAYS: $TORCH_WHY"
+    exit 0
+fi
+if [ "$MODE" = download ]; then
+    download_wheels
+    exit 0
+fi
+if [ "$MODE" = offline ]; then
+    install_offline
     exit 0
 fi
 

@@ -20,7 +20,12 @@ gives the median over rounds of each arm's rate over M_0's of the same round, in
 mode: `off` (eager), `on` (torch.compile's default mode, the ramps eager: `train.compile: true`, the
 workflow's default with it), `ramps` (the masked form compiled too: `train.compile_ramps: true`),
 `all` (the three; compile time is what the first step of each structure takes, never counted in a
-window). The last line is
+window). With both compiled modes (`on` and `ramps`) it also gives each grown arm's break-even ramp
+length: the seconds that compiling the masked form cost (the run's `compile_s` with `ramps` less the
+one with `on`: the plain model compiles in both) over the seconds it saves per ramp step (the eager
+masked step's time less the compiled one's): a ramp longer than that earns its compilation back, and
+`train.compile_ramps: true` pays. `--out` writes the table (and the break-even lengths) as CSV. The
+last line is
 `refine_speed during=<the smallest during-ratio> after=<the smallest after-ratio>` (goals: 0.85 and 0.95).
 
     PYTHONPATH=workflow/scripts python bench/refine_speed.py                 # CPU, the three modes
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import statistics
 import sys
 import tempfile
@@ -71,7 +77,9 @@ MODES = {"off": (False, False), "on": (True, False), "ramps": (True, True)}  # (
 
 
 def timed_run(model, data, args, *, mode: str, seed: int) -> dict:
-    """Train a copy of `model` for ramp + after steps; {window: tokens/s} from the median step time."""
+    """Train a copy of `model` for ramp + after steps; {window: tokens/s} from the median step time, and
+    the seconds the run spent compiling (`compile_s` of its summary: what the steps that compiled took
+    beyond a plain step)."""
     stamps: dict[int, float] = {}
 
     def on_step(done: int) -> None:
@@ -85,13 +93,29 @@ def timed_run(model, data, args, *, mode: str, seed: int) -> dict:
                       checkpoint_every=10**9, dense_log_steps=0, seed=seed, device=args.device,
                       compile=MODES[mode][0], compile_ramps=MODES[mode][1])
     with tempfile.TemporaryDirectory() as tmp:
-        train(copy.deepcopy(model), data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",
-              log=lambda s: None, step_callback=on_step)
+        summary = train(copy.deepcopy(model), data, data, cfg, ckpt_dir=Path(tmp) / "ck",
+                        ledger_path=Path(tmp) / "l.csv", log=lambda s: None, step_callback=on_step)
     per = {k: stamps[k] - stamps[k - 1] for k in stamps if k - 1 in stamps}  # step k's time (k = steps done)
     tps = args.batch * args.context
     during = [per[k] for k in range(3, args.ramp) if k in per]  # masked steps, past the first (compile)
     after = [per[k] for k in range(args.ramp + 2, steps) if k in per]  # plain steps, past the switch, not the last
-    return {"during": tps / statistics.median(during), "after": tps / statistics.median(after)}
+    return {"during": tps / statistics.median(during), "after": tps / statistics.median(after),
+            "compile_s": summary["compile_s"]}
+
+
+def break_even(rows: list[dict], tokens_per_step: int) -> dict[str, float]:
+    """{grown arm: ramp steps from which compiling its masked form pays} from the `on` and `ramps` rows:
+    the extra compile seconds over the seconds saved per ramp step (inf when the compiled masked step
+    is not faster)."""
+    by = {(r["compile"], r["arm"]): r for r in rows}
+    out = {}
+    for arm in ("msg", "concat"):
+        if ("on", arm) in by and ("ramps", arm) in by:
+            eager, compiled = by[("on", arm)], by[("ramps", arm)]
+            cost = compiled["arm_compile_s"] - eager["arm_compile_s"]
+            saved = tokens_per_step * (1 / eager["during_tok_s"] - 1 / compiled["during_tok_s"])
+            out[arm] = max(cost, 0.0) / saved if saved > 0 else float("inf")
+    return out
 
 
 def main(argv=None) -> int:
@@ -108,6 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--compile", choices=(*MODES, "all"), default="all")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", type=Path, default=None, help="CSV file for the table")
     p.add_argument("--quick", action="store_true", help="smoke run: d 32, 2 layers, 1 round, compile off")
     args = p.parse_args(argv)
     if args.quick:
@@ -124,7 +149,7 @@ def main(argv=None) -> int:
     rows = []
     for comp in modes:
         ratios = {arm: {"during": [], "after": []} for arm in ARMS[1:]}
-        rates = {arm: [] for arm in ARMS}
+        got_all = {arm: [] for arm in ARMS}
         for r in range(args.rounds):
             order = ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]
             got = {arm: timed_run(init[arm], data, args, mode=comp, seed=r) for arm in order}
@@ -132,19 +157,38 @@ def main(argv=None) -> int:
                 for w in ("during", "after"):
                     ratios[arm][w].append(got[arm][w] / got["M_0"][w])
             for arm in ARMS:
-                rates[arm].append(got[arm]["after"])
+                got_all[arm].append(got[arm])
             print(f"  compile {comp} round {r}: " + "  ".join(
                 f"{arm} {got[arm]['during']:.0f}/{got[arm]['after']:.0f}" for arm in ARMS) + " tok/s (during/after)",
                 flush=True)
+
+        def med(arm, key):
+            return statistics.median(g[key] for g in got_all[arm])
+
         for arm in ARMS[1:]:
-            rows.append({"compile": comp, "arm": arm,
-                         "m0_tok_s": statistics.median(rates["M_0"]), "arm_tok_s": statistics.median(rates[arm]),
+            rows.append({"compile": comp, "arm": arm, "m0_tok_s": med("M_0", "after"), "arm_tok_s": med(arm, "after"),
                          "during": statistics.median(ratios[arm]["during"]),
-                         "after": statistics.median(ratios[arm]["after"])})
-    print(f"{'compile':>7} {'arm':>7} {'M_0 tok/s':>10} {'arm tok/s':>10} {'during/M_0':>11} {'after/M_0':>10}")
+                         "after": statistics.median(ratios[arm]["after"]),
+                         "during_tok_s": med(arm, "during"), "m0_compile_s": med("M_0", "compile_s"),
+                         "arm_compile_s": med(arm, "compile_s")})
+    print(f"{'compile':>7} {'arm':>7} {'M_0 tok/s':>10} {'arm tok/s':>10} {'during/M_0':>11} {'after/M_0':>10} "
+          f"{'compile s':>9}")
     for r in rows:
         print(f"{r['compile']:>7} {r['arm']:>7} {r['m0_tok_s']:>10.0f} {r['arm_tok_s']:>10.0f} {r['during']:>11.3f} "
-              f"{r['after']:>10.3f}")
+              f"{r['after']:>10.3f} {r['arm_compile_s']:>9.1f}")
+    even = break_even(rows, args.batch * args.context)
+    for r in rows:
+        r["break_even_ramp_steps"] = round(even[r["arm"]], 1) if r["compile"] == "ramps" and r["arm"] in even else ""
+    if even:
+        print("compile_ramps pays from a ramp of " + ", ".join(f"{arm} {n:.0f}" for arm, n in even.items())
+              + " steps (break-even: the masked form's compile seconds over the seconds it saves per ramp step)")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {args.out}")
     print(f"refine_speed during={min(r['during'] for r in rows):.3f} after={min(r['after'] for r in rows):.3f}")
     return 0
 

@@ -140,6 +140,11 @@ def tiny_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_inherited_command(monkeypatch):
-    """growlm.hints reads the user's command from the environment a Snakemake run sets; a test that
-    parses the workflow in-process (tests/test_reruns.py) must not leave it to the tests after it."""
+    """growlm.hints reads the user's command from the environment a Snakemake run sets, and the Snakefile
+    names its library for the jobs (GROWLM_LIBRARY, PYTHONPATH); a test that parses the workflow in-process
+    (tests/test_reruns.py) must not leave them to the tests after it."""
     monkeypatch.delenv("GROWLM_COMMAND", raising=False)
+    monkeypatch.delenv("GROWLM_LIBRARY", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # put back as it was after the test
+    if not os.environ["PYTHONPATH"]:
+        monkeypatch.delenv("PYTHONPATH")

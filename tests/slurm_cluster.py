@@ -1,18 +1,26 @@
-"""A throw-away single-node SLURM cluster on localhost, for integration tests.
+"""A throw-away two-node SLURM cluster on localhost, for integration tests.
 
 ``start_cluster(workdir)`` installs ``slurm-wlm`` and ``munge`` from Debian if they are missing
 (root only), starts ``munged``, writes ``/etc/slurm/slurm.conf`` and ``gres.conf`` for this host
-(one node, all its cores, ~80 % of its memory, one fake GPU ``Gres=gpu:1`` backed by
+(two nodes, each with all its cores, ~80 % of its memory and one fake GPU ``Gres=gpu:1`` backed by
 ``File=/dev/null`` so ``--gpus=1`` jobs schedule and see ``CUDA_VISIBLE_DEVICES=0``), starts
-``slurmctld`` and ``slurmd`` and waits until the node is ``idle``. ``stop_cluster(info)`` cancels
-the jobs of a cluster it started and kills exactly the daemons that ``start_cluster`` started (by
-pid); daemons that were already running are left alone, so both calls are idempotent.
+``slurmctld`` and one ``slurmd`` per node and waits until the nodes are ``idle``.
+``stop_cluster(info)`` cancels the jobs of a cluster it started and kills exactly the daemons that
+``start_cluster`` started (by pid); daemons that were already running are left alone, so both calls
+are idempotent.
+
+The two nodes are two ``slurmd`` on this one host: Debian's SLURM is built with multiple-slurmd
+support (``scontrol show config``: ``MULTIPLE_SLURMD = Yes``), so each is started as ``slurmd -N
+<node>`` with a port, spool folder, pid file and log of its own (``%n`` in the config). The first node
+is named after the host, the second ``<host>b``; both have the address 127.0.0.1. Jobs of growlm's
+SLURM profile run ``srun`` inside their allocation without ``SLURM_CONF`` (the plugin's job step
+removes it), so the config must be at the default place, ``/etc/slurm/slurm.conf``.
 
 Anything that makes a cluster impossible (not root, apt fails, a foreign slurm.conf, a daemon
 that will not start) raises ``ClusterUnavailable`` with the reason, for ``pytest.skip(reason)``.
 
-Two partitions: ``debug`` (default, PriorityTier 1) and ``urgent`` (PriorityTier 2, for tests
-only). ``PreemptType=preempt/partition_prio`` + ``PreemptMode=REQUEUE``: a job in ``urgent``
+Three partitions: ``debug`` (default, the first node only, PriorityTier 1), ``urgent`` (the first
+node, PriorityTier 2, for tests only) and ``multi`` (both nodes, for jobs across nodes). ``PreemptType=preempt/partition_prio`` + ``PreemptMode=REQUEUE``: a job in ``urgent``
 preempts a ``debug`` job, which gets SIGCONT+SIGTERM, ``KillWait`` seconds, SIGKILL, and is
 requeued -- what a preemptible partition on a real site does. (Measured with SLURM 22.05: with a
 partition ``GraceTime`` > 0 a job whose process exits on SIGTERM within the grace time ends
@@ -45,12 +53,13 @@ MARKER = "# written by growlm tests/slurm_cluster.py"
 LOG_DIR = Path("/var/log/slurm")
 STATE_DIR = Path("/var/lib/slurm")
 CTLD_PID = Path("/run/slurmctld.pid")
-SLURMD_PID = Path("/run/slurmd.pid")
+SLURMD_PORTS = (6818, 6819)  # one slurmd per node, each on its own port
 MUNGE_RUN = Path("/run/munge")
 MUNGE_PID = MUNGE_RUN / "munged.pid"
 
 PARTITION = "debug"
 URGENT_PARTITION = "urgent"
+MULTI_PARTITION = "multi"
 # A requeued job waits `cred_expire` seconds before it may start again (default 120).
 REQUEUE_DELAY_S = 10
 
@@ -59,11 +68,21 @@ class ClusterUnavailable(RuntimeError):
     """No local SLURM cluster can be had here; the message says why."""
 
 
+def node_names(host: str) -> list[str]:
+    """The cluster's nodes: the first named after the host, the second `<host>b`."""
+    return [host, f"{host}b"]
+
+
+def slurmd_pidfile(node: str) -> Path:
+    return Path(f"/run/slurmd-{node}.pid")
+
+
 @dataclass
 class ClusterInfo:
     host: str
     partition: str = PARTITION
     urgent_partition: str = URGENT_PARTITION
+    multi_partition: str = MULTI_PARTITION
     cpus: int = 1
     mem_mb: int = 0
     conf: Path = SLURM_CONF
@@ -78,8 +97,11 @@ class ClusterInfo:
         return self.log_dir / "slurmctld.log"
 
     @property
-    def slurmd_log(self) -> Path:
-        return self.log_dir / "slurmd.log"
+    def nodes(self) -> list[str]:
+        return node_names(self.host)
+
+    def slurmd_log(self, node: str) -> Path:
+        return self.log_dir / f"slurmd-{node}.log"
 
 
 def _run(cmd, timeout=60, check=False, **kw) -> subprocess.CompletedProcess:
@@ -208,8 +230,9 @@ def _mem_mb() -> int:
 
 
 def slurm_conf_text(host: str, cpus: int, mem_mb: int) -> str:
+    first, second = node_names(host)
     return f"""{MARKER}
-# One node on 127.0.0.1 for integration tests; overwritten at each start.
+# Two nodes on 127.0.0.1 (two slurmd on this host) for integration tests; overwritten at each start.
 ClusterName=localtest
 SlurmctldHost={host}(127.0.0.1)
 AuthType=auth/munge
@@ -217,11 +240,11 @@ AuthType=auth/munge
 AuthInfo=cred_expire={REQUEUE_DELAY_S}
 SlurmUser=slurm
 StateSaveLocation={STATE_DIR}/slurmctld
-SlurmdSpoolDir={STATE_DIR}/slurmd
+SlurmdSpoolDir={STATE_DIR}/slurmd-%n
 SlurmctldPidFile={CTLD_PID}
-SlurmdPidFile={SLURMD_PID}
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile={LOG_DIR}/slurmctld.log
-SlurmdLogFile={LOG_DIR}/slurmd.log
+SlurmdLogFile={LOG_DIR}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -237,9 +260,11 @@ MpiDefault=none
 GresTypes=gpu
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem_mb} Gres=gpu:1 State=UNKNOWN
-PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
-PartitionName={URGENT_PARTITION} Nodes={host} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+NodeName={first} NodeHostname={host} NodeAddr=127.0.0.1 Port={SLURMD_PORTS[0]} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:1 State=UNKNOWN
+NodeName={second} NodeHostname={host} NodeAddr=127.0.0.1 Port={SLURMD_PORTS[1]} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:1 State=UNKNOWN
+PartitionName={PARTITION} Nodes={first} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName={URGENT_PARTITION} Nodes={first} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+PartitionName={MULTI_PARTITION} Nodes={first},{second} MaxTime=INFINITE State=UP PriorityTier=1
 """
 
 
@@ -249,8 +274,8 @@ def _write_conf(info: ClusterInfo) -> None:
     CONF_DIR.mkdir(parents=True, exist_ok=True)
     SLURM_CONF.write_text(slurm_conf_text(info.host, info.cpus, info.mem_mb))
     GRES_CONF.write_text(f"{MARKER}\n# fake GPU: a File= is needed or slurmd reports 0 GPUs and the node drains\n"
-                         f"NodeName={info.host} Name=gpu File=/dev/null\n")
-    for d in (STATE_DIR / "slurmctld", STATE_DIR / "slurmd", LOG_DIR):
+                         f"NodeName={','.join(info.nodes)} Name=gpu File=/dev/null\n")
+    for d in (STATE_DIR / "slurmctld", *(STATE_DIR / f"slurmd-{n}" for n in info.nodes), LOG_DIR):
         d.mkdir(parents=True, exist_ok=True)
     shutil.chown(STATE_DIR / "slurmctld", "slurm", "slurm")
     shutil.chown(LOG_DIR, "slurm", "slurm")
@@ -271,15 +296,22 @@ def _ctld_responds() -> bool:
         return False
 
 
+def _usable(state: str) -> bool:
+    return state.lower().rstrip("*~#$@^-+") in {"idle", "mixed", "allocated", "completing"}
+
+
 def _cluster_ready(host: str) -> bool:
-    """Our config is in place and the node is usable (idle, mixed or allocated)."""
+    """Our two-node config is in place and both nodes are usable (idle, mixed or allocated)."""
     if not (SLURM_CONF.exists() and MARKER in SLURM_CONF.read_text(errors="replace")):
         return False
+    if f"NodeName={node_names(host)[1]} " not in SLURM_CONF.read_text(errors="replace"):
+        return False  # an older one-node config
     # with no controller, sinfo retries for ~10 s before it fails; look for the daemons first
-    if _daemon_pid(CTLD_PID, "slurmctld") is None or _daemon_pid(SLURMD_PID, "slurmd") is None:
+    if _daemon_pid(CTLD_PID, "slurmctld") is None:
         return False
-    state = _node_state(host).lower().rstrip("*~#$@^-+")
-    return state in {"idle", "mixed", "allocated", "completing"}
+    if any(_daemon_pid(slurmd_pidfile(n), "slurmd") is None for n in node_names(host)):
+        return False
+    return all(_usable(_node_state(n)) for n in node_names(host))
 
 
 def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
@@ -309,9 +341,11 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
         _start_munge(info)
         mark("munged ok")
         ctld = _daemon_pid(CTLD_PID, "slurmctld")
-        slurmd = _daemon_pid(SLURMD_PID, "slurmd")
-        if ctld is None or slurmd is None:
-            # (re)write the config only while at least one daemon is down; a running pair keeps it
+        slurmds = {n: _daemon_pid(slurmd_pidfile(n), "slurmd") for n in info.nodes}
+        if ctld is not None and f"NodeName={info.nodes[1]} " not in SLURM_CONF.read_text(errors="replace"):
+            raise ClusterUnavailable(f"a slurmctld (pid {ctld}) runs with an older one-node config; stop it first")
+        if ctld is None or None in slurmds.values():
+            # (re)write the config only while at least one daemon is down; running daemons keep it
             _write_conf(info)
         if ctld is None:
             # -c: clear saved state (jobs, node states) from a previous test session
@@ -324,30 +358,34 @@ def start_cluster(workdir: str | os.PathLike | None = None) -> ClusterInfo:
         if not _wait(_ctld_responds, 20):
             raise ClusterUnavailable(f"slurmctld does not answer `scontrol ping`:\n{_tail(info.ctld_log)}")
         mark("slurmctld answers")
-        if slurmd is None:
-            p = _run(["/usr/sbin/slurmd"], timeout=30)
+        for node, pid in slurmds.items():
+            if pid is not None:
+                continue
+            pidfile = slurmd_pidfile(node)
+            p = _run(["/usr/sbin/slurmd", "-N", node], timeout=30)
             if p.returncode != 0:
-                raise ClusterUnavailable(f"slurmd did not start: {p.stderr.strip()}\n{_tail(info.slurmd_log)}")
-            if not _wait(lambda: _daemon_pid(SLURMD_PID, "slurmd") is not None, 10):
-                raise ClusterUnavailable(f"slurmd exited at start:\n{_tail(info.slurmd_log)}")
-            info.started["slurmd"] = _daemon_pid(SLURMD_PID, "slurmd")
-            mark("slurmd started")
+                raise ClusterUnavailable(f"slurmd -N {node} did not start: {p.stderr.strip()}\n"
+                                         f"{_tail(info.slurmd_log(node))}")
+            if not _wait(lambda: _daemon_pid(pidfile, "slurmd") is not None, 10):
+                raise ClusterUnavailable(f"slurmd -N {node} exited at start:\n{_tail(info.slurmd_log(node))}")
+            info.started[f"slurmd {node}"] = _daemon_pid(pidfile, "slurmd")
+            mark(f"slurmd -N {node} started")
 
         end = time.monotonic() + 40
-        resumed = False
+        resumed = set()
         while not _cluster_ready(info.host):
-            state = _node_state(info.host).lower()
-            if not resumed and any(s in state for s in ("drain", "down", "fail")):
-                _run(["scontrol", "update", f"nodename={info.host}", "state=resume"], timeout=10)
-                info.notes.append(f"node was {state!r}; resumed it")
-                resumed = True
+            states = {n: _node_state(n).lower() for n in info.nodes}
+            for node, state in states.items():
+                if node not in resumed and any(s in state for s in ("drain", "down", "fail")):
+                    _run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=10)
+                    info.notes.append(f"node {node} was {state!r}; resumed it")
+                    resumed.add(node)
             if time.monotonic() > end:
                 reason = _run(["sinfo", "-R"], timeout=10).stdout
-                raise ClusterUnavailable(
-                    f"node {info.host} not idle after 40 s (state {state!r}):\n{reason}\n{_tail(info.slurmd_log)}"
-                )
+                logs = "\n".join(_tail(info.slurmd_log(n)) for n in info.nodes)
+                raise ClusterUnavailable(f"nodes not idle after 40 s (states {states}):\n{reason}\n{logs}")
             time.sleep(0.3)
-        mark(f"node {_node_state(info.host)}")
+        mark("nodes " + ", ".join(f"{n} {_node_state(n)}" for n in info.nodes))
     except ClusterUnavailable:
         stop_cluster(info)
         raise
@@ -374,13 +412,14 @@ def stop_cluster(info: ClusterInfo, timeout: float = 20) -> None:
     if "slurmctld" in info.started:
         try:
             # the cluster is ours, so are its jobs; their slurmstepd processes go with them
-            _run(["scancel", "--full", "--quiet", f"--partition={info.partition},{info.urgent_partition}"], timeout=10)
+            partitions = ",".join((info.partition, info.urgent_partition, info.multi_partition))
+            _run(["scancel", "--full", "--quiet", f"--partition={partitions}"], timeout=10)
             _wait(lambda: not _run(["squeue", "-h", "-t", "running,completing"], timeout=10).stdout.strip(), 15, 0.5)
         except (OSError, subprocess.SubprocessError):
             pass
-    for name in ("slurmd", "slurmctld", "munged"):
+    for name in (*(f"slurmd {n}" for n in info.nodes), "slurmctld", "munged"):
         pid = info.started.get(name)
-        if pid is None or not _pid_alive(pid) or _proc_name(pid) != name:
+        if pid is None or not _pid_alive(pid) or _proc_name(pid) != name.split()[0]:
             info.started.pop(name, None)
             continue
         os.kill(pid, signal.SIGTERM)

@@ -285,6 +285,42 @@ def test_the_documented_tutorial_is_the_example_file(section, example):
     assert len(code) >= 8 and all(ln in lines for ln in code), [ln for ln in code if ln not in lines]
 
 
+def test_a_plugin_check_says_it_runs_and_runs_once_for_the_same_files(tmp_path, capfd):
+    """The check before the first job (Snakemake's onstart) says that it runs before it imports the
+    plugins (a plugin may be slow), and a check that passed is not run again while the plugin files are
+    the same: the run after it goes straight to its jobs. A changed file is checked again."""
+    import copy
+
+    import yaml
+    from snakemake.utils import update_config, validate
+
+    from growlm.validate import check_config, check_plugin_operators
+
+    plugin, marker = tmp_path / "average_then_grow.py", tmp_path / "imported"
+    plugin.write_text(f"open({str(marker)!r}, 'a').write('x')  # each import of the plugin, counted\n"
+                      + GOOD.read_text())
+    schema = REPO / "workflow" / "schemas" / "config.schema.yaml"
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load(TINY.read_text()))
+    update_config(config, {"methods": ["average_then_grow"], "grow": {"plugins": [str(plugin)]}})
+    sweep = check_config(config, schema, resolve_source=lambda s: REPO / "workflow/resources/corpus" / s["bundled"],
+                         fill_defaults=lambda c: validate(c, str(schema)))
+    spec = tmp_path / "results" / "plugins" / "check.json"
+
+    def check() -> tuple[str, str]:
+        said = check_plugin_operators(copy.deepcopy(config), sweep, spec)
+        return said, capfd.readouterr().err
+
+    said, err = check()
+    assert err.startswith(f"growlm: checking the plugin operators of {plugin} on small random members") and said
+    assert marker.read_text() == "x"
+    again, err = check()
+    assert again == f"{said} (checked before, on the same files)" and err == "" and marker.read_text() == "x"
+    plugin.write_text(plugin.read_text() + "# edited\n")
+    third, err = check()
+    assert third == said and "checking the plugin operators" in err and marker.read_text() == "xx"
+
+
 SMOOTH = REPO / "examples" / "smooth_labels.py"
 
 
@@ -370,6 +406,25 @@ def test_wrong_shape_and_false_exactness_are_caught_before_training(tmp_path):
         check_operator("too_small", str(path), ["too_small"], n=1, d0=16, L0=1, d1=32, L1=2, head_dim=8)
     with pytest.raises(GrowlmError, match="declared exact=True, but at step 0 its logits differ from m_1's"):
         check_operator("not_exact", str(path), ["not_exact"], n=1, d0=16, L0=1, d1=32, L1=1, head_dim=8)
+
+
+def test_a_plugin_that_returns_the_wrong_width_in_a_chain_is_named_not_the_operator_after_it(tmp_path):
+    """A width operator that returns its member unchanged, chained before zero_block: the check names the
+    plugin and the width its step asked for, not zero_block, which would only stop on the width it was given."""
+    path = tmp_path / "narrow.py"
+    path.write_text(
+        "from growlm.growth import register_operator\n"
+        "@register_operator('too_narrow', axis='width', exact=False)\n"
+        "def too_narrow(models, *, n_embd, n_layer, n_head=None, seed=0):\n"
+        "    return models[0]\n")
+    declare([path])
+    load_plugins([path])
+    with pytest.raises(GrowlmError) as err:
+        check_operator("too_narrow", str(path), ["too_narrow", "zero_block"], n=1, d0=16, L0=1, d1=32, L1=2,
+                       head_dim=8)
+    assert str(err.value).endswith("too_narrow returned a model of width 16 and depth 1, not 32 and 1 (what its step "
+                                   "of too_narrow+zero_block asks for)"), err.value
+    assert "zero_block keeps" not in str(err.value)
 
 
 @pytest.mark.slow

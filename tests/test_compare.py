@@ -268,3 +268,85 @@ def test_the_budget_figure_draws_each_arm_against_the_budget(tmp_path):
             (comparison["method"] == "concat@m1") & (comparison["budget"] == 2_000_000)][column].mean()]
         marks = [t.get_text() for t in ax.texts]
         assert "concat@m1: 0/2 reached" in marks and len([m for m in marks if m.startswith("concat@m1")]) == 2
+
+
+def test_the_comparison_gives_each_arms_mode_and_the_first_page_says_when_they_differ(tmp_path, monkeypatch):
+    """Each arm's mode (growlm.modes) from its models' ledgers: one when all share it, said once on the first
+    page; an arm whose refinement resumed under compile names its parts, and the first page says in bold that
+    the arms differ by their mode too. A ledger of an older growlm has no mode: 'not recorded'."""
+    from growlm.report import comparison_html, summary_sentences
+
+    combos, paths = make_experiment(tmp_path, {"0.001": [8, 6, 5.0]}, {"0.001": [6, 5, 4.0]}, seeds=(0,))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    eager, compiled = "eager, 1 CPU thread", "compiled, 1 CPU thread"
+    folders = {"member": tmp_path / "small/m1", "M_0": tmp_path / "baseline/t1000_lr0.001/s0",
+               "M_1": tmp_path / "refined/g/t1000_lr0.001/s0"}
+
+    def stamp(folder, *modes):  # the ledger's rows computed in these modes, one after the other
+        df = pd.read_csv(folder / "ledger.csv")
+        df["mode"] = [modes[min(i * len(modes) // len(df), len(modes) - 1)] for i in range(len(df))]
+        df.to_csv(folder / "ledger.csv", index=False)
+
+    def compare():
+        table = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                                 unigram_train="x", unigram_test="y", vocab_size=8)
+        return table.iloc[0], "\n".join(summary_sentences(tmp_path / "c.csv"))
+
+    for folder in folders.values():
+        stamp(folder, eager)
+    row, text = compare()
+    assert (row["m0_mode"], row["m1_mode"]) == (eager, eager)
+    assert "The models were all computed in one mode: eager, 1 CPU thread." in text and "not all" not in text
+
+    stamp(folders["M_1"], eager, compiled)  # the refinement resumed under train.compile
+    row, text = compare()
+    assert row["m0_mode"] == eager
+    assert row["m1_mode"] == f"members: {eager}; refinement: {eager} then {compiled}"
+    assert ("**The models were not all computed in one mode**, so the arms differ in the last digits of their losses "
+            "by their mode as well as by their method") in text
+    assert f"M_0: {eager}; M_1 (``g``): members: {eager}; refinement: {eager} then {compiled}." in text
+    comparison_html(tmp_path / "c.csv", tmp_path / "t.html")
+    page = (tmp_path / "t.html").read_text()
+    assert "<th>M_0 computed</th>" in page and "<th>M_1 computed</th>" in page and f"{eager} then {compiled}" in page
+
+    pd.read_csv(folders["M_0"] / "ledger.csv").drop(columns="mode").to_csv(folders["M_0"] / "ledger.csv", index=False)
+    row, text = compare()
+    assert row["m0_mode"] == "not recorded" and "M_0: not recorded" in text
+
+
+def test_the_first_page_figure_draws_each_arm_from_its_members_cost_to_m0s_loss(tmp_path, monkeypatch):
+    """The first page's figure: M_0's curve, each arm's curve from where its members' FLOPs put it (a dotted
+    run from 0), M_0's final loss as a horizontal line and each arm's crossing of it marked where the
+    comparison puts it, with its cost ratio in the legend below the panel; drawn at the page's width."""
+    from growlm.report import answer_figure
+    from growlm.report.figures import FIRST_PAGE_INCHES
+
+    combos, paths = make_experiment(tmp_path, {"0.001": [8, 6, 5.0]}, {"0.001": [6, 5, 4.0]}, seeds=(0, 1))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    table = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                             unigram_train="x", unigram_test="y", vocab_size=8)
+    fig = answer_figure(tmp_path / "k.csv", tmp_path / "c.csv")
+    fig.canvas.draw()
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert fig.get_figwidth() == FIRST_PAGE_INCHES
+    m0_final = table["m0_final_val_loss"].mean()  # 5.005: the two seeds' 5.0 and 5.01
+    lines = ax.get_lines()
+    assert any(list(line.get_ydata()) == [m0_final, m0_final] and line.get_linestyle() == "--" for line in lines)
+    m0 = [line for line in lines if line.get_label() == "M_0, from scratch"]
+    assert len(m0) == 1 and list(m0[0].get_xdata()) == [0, 100, 200]  # M_0 starts at 0
+    # the arm: its members' 50 FLOPs spent before it starts, dotted at its first loss (mean 6.005)
+    start = [line for line in lines if line.get_linestyle() == ":"]
+    assert len(start) == 1 and list(start[0].get_xdata()) == [0, 50] and \
+        list(start[0].get_ydata()) == pytest.approx([6.005, 6.005])
+    arm = [line for line in lines if line.get_label().startswith("g: ")]
+    assert len(arm) == 1 and list(arm[0].get_xdata()) == [50, 150, 250]
+    # where it first reaches M_0's final loss: the comparison's crossing, at its cost ratio
+    cross = [line for line in lines if line.get_marker() == "X"]
+    assert len(cross) == 1 and list(cross[0].get_xdata()) == [50 + table["m1_flops_to_m0_loss"].mean()]
+    assert list(cross[0].get_ydata()) == [m0_final]
+    assert arm[0].get_label() == f"g: M_0's loss at {table['cost_ratio'].mean():.2f}x M_0's FLOPs" == \
+        "g: M_0's loss at 0.75x M_0's FLOPs"
+    legend = ax.get_legend()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0  # below the panel, off the curves

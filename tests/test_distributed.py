@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ from conftest import learnable_tokens
 from growlm.memory.estimate import write_plan
 from growlm.memory.measure import make_plan
 from growlm.model import build_model, load_model
-from growlm.runner import TrainingJob, launch_command
+from growlm.launch import standalone_command
+from growlm.runner import TrainingJob
 from growlm.train import train
 from growlm.train_config import TrainConfig
 
@@ -64,7 +66,7 @@ def run_torchrun(d: Path, name: str, strategy: str, micro: int, train_json: str 
                       start={"build": MODEL}, ckpt_dir=d / f"{name}_ck", plan_file=d / f"{name}_plan.json",
                       ledger_file=d / f"{name}.csv", summary_file=d / f"{name}.json")
     (d / f"{name}_job.json").write_text(job.to_json())
-    cmd = launch_command(2, [d / f"{name}_job.json"])
+    cmd = standalone_command(2, [d / f"{name}_job.json"])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=d)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -121,11 +123,11 @@ def test_reading_the_losses_every_third_step_keeps_the_ranks_mean_and_the_runnin
 
 
 def test_launch_command():
-    cmd = launch_command(4, ["--plan", "p.json"], python="/usr/bin/python3")
+    cmd = standalone_command(4, ["--plan", "p.json"], python="/usr/bin/python3")
     assert cmd == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m",
                    "growlm.torchrun", "--plan", "p.json"]
     with pytest.raises(Exception):
-        launch_command(0, [])
+        standalone_command(0, [])
 
 
 def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_path, monkeypatch):
@@ -151,3 +153,57 @@ def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_pat
     assert json.loads((out / "plan.json").read_text())["n_devices"] == 2
     assert (out / "ledger.csv").read_text().count("\n") >= 3
     load_model(out)
+
+
+def test_two_node_agents_meet_at_one_rendezvous_and_match_one_process(setup):
+    """Two torchrun agents, as srun starts one on each node of a job across nodes (`growlm.node_agent`,
+    `--nnodes 2`, a c10d rendezvous), here both on 127.0.0.1 without SLURM: one world of two processes,
+    which follows the one-process curve with the same global batch; growlm.json says where each rank ran
+    (two node ranks), and the interface variable reaches every process."""
+    from growlm.launch import free_port
+
+    d, name = setup, "nodes"
+    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
+                     device="cpu", memory_limit_gb=1, measure=False)
+    write_plan(dataclasses.replace(base, strategy="ddp", micro_batch_size=2, grad_accum_steps=2), d / "nodes_plan.json")
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
+                      out_dir=d / "nodes_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
+                      start={"build": MODEL}, ckpt_dir=d / "nodes_ck", plan_file=d / "nodes_plan.json",
+                      ledger_file=d / "nodes.csv", summary_file=d / "nodes.json")
+    (d / "nodes_job.json").write_text(job.to_json())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen([sys.executable, "-m", "growlm.node_agent", "--nnodes", "2", "--nproc-per-node", "1",
+                                "--endpoint", endpoint, "--rdzv-id", "test-two-nodes", "--node-index", str(i),
+                                str(d / "nodes_job.json")], cwd=d, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True) for i in (1, 0)]  # the host need not start first
+    outputs = [a.communicate(timeout=240)[0] for a in agents]
+    assert all(a.returncode == 0 for a in agents), "\n".join(o[-3000:] for o in outputs)
+    check_same_curve(d, name)
+    where = json.loads((d / "nodes_model" / "growlm.json").read_text())["where"]
+    assert where["world"] == 2 and sorted(r["node_rank"] for r in where["ranks"]) == [0, 1]
+    assert sorted(r["rank"] for r in where["ranks"]) == [0, 1]
+    assert all(r["interfaces"] == {"GLOO_SOCKET_IFNAME": "lo"} for r in where["ranks"])
+
+
+def test_a_job_across_nodes_starts_one_agent_per_node_with_srun():
+    """The srun line of a two-node job (what tests/test_slurm.py runs for real): one task per node with its
+    CPUs and GPUs, an agent each, the rendezvous on the first node; outside SLURM it stops at once."""
+    from growlm.errors import GrowlmError
+    from growlm.launch import Allocation, node_command, rendezvous_endpoint, slurm_allocation
+
+    alloc = Allocation("42", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"])
+    cmd = node_command(alloc, nproc_per_node=4, cpus_per_task=16, gpus_per_node=4, job_file="ck/job.json",
+                       endpoint="10.0.0.1:29400", python="py")
+    assert cmd[:cmd.index("py")] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                                     "--jobid=42", "--cpus-per-task=16", "--gres=gpu:4"]
+    assert cmd[cmd.index("py"):] == ["py", "-m", "growlm.node_agent", "--nnodes", "2", "--nproc-per-node", "4",
+                                     "--endpoint", "10.0.0.1:29400", "--rdzv-id", "growlm-42", "ck/job.json"]
+    assert rendezvous_endpoint(alloc, 29400) == "10.0.0.1:29400"
+    with pytest.raises(GrowlmError, match="resolves to loopback"):  # each node would wait in a world of its own
+        rendezvous_endpoint(Allocation("42", ["n1", "n2"], ["localhost", "10.0.0.2"]), 29400)
+    assert rendezvous_endpoint(Allocation("7", ["a", "b"], ["127.0.0.1", "127.0.0.1"]), 5) == "127.0.0.1:5"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SLURM_JOB_ID", raising=False)
+        with pytest.raises(GrowlmError, match="outside a SLURM allocation"):
+            slurm_allocation()

@@ -239,3 +239,29 @@ def test_a_config_is_read_and_written_by_its_description(family):
         assert ModelShape(**spec.read(json.loads(m.config.to_json_string()))) == s
         assert {k: getattr(m.config, k) for k in spec.write(s)} == spec.write(s)
         assert s.n_params == n_params(m)
+
+
+def test_rotary_settings_are_carried_and_members_that_differ_in_them_are_refused():
+    """Members whose rotary positions are scaled (linear, x4) grow into a model that carries the scaling:
+    concat is still exactly their logit average. A member without it beside one with it is refused,
+    naming the setting: growth builds from member 1's config and would drop member 2's scaling."""
+    from transformers import LlamaConfig
+
+    from growlm.errors import GrowlmError
+
+    def scaled(m):  # the same weights, its rotary positions scaled linearly by 4
+        cfg = {**m.config.to_dict(), "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}}
+        out = LlamaForCausalLM(LlamaConfig.from_dict(cfg)).double().eval()
+        out.load_state_dict(m.state_dict())
+        return out
+
+    plain = [llama(10 + i, 32, 2) for i in range(2)]
+    members = [scaled(m) for m in plain]
+    x = tokens(1)
+    avg = torch.stack([logits(m, x) for m in members]).mean(0)
+    assert err(avg, torch.stack([logits(m, x) for m in plain]).mean(0)) > 1e-3  # the scaling changes the function
+    grown = grow(members, ["concat", "zero_block"], n_embd=64, n_layer=3, seed=0, cross="random")
+    assert grown.config.rope_parameters["factor"] == 4.0
+    assert err(logits(grown, x), avg) < TOL
+    with pytest.raises(GrowlmError, match="members differ in their rotary settings: member 1 has .*'factor': 4.0"):
+        grow([members[0], plain[1]], "concat", n_embd=64, n_layer=2)

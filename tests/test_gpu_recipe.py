@@ -181,9 +181,10 @@ def test_the_gpu_recipe_runs_on_the_cpu_at_a_reduced_size(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_gpu_jobs_never_overlap_under_the_gpu_profile(tiny_run, tmp_path):
+def test_gpu_jobs_never_overlap_under_the_gpu_profile(tiny_run, tmp_path, monkeypatch):
     """The tiny experiment's members and M_0, each asking for one GPU (resources.gpu: 1), with the GPU
-    profile (gpu=1) and 2 cores: no two of them ran at once. The same jobs asking for no GPU, run again, do
+    profile on a machine of one GPU ($GROWLM_GPUS=0: the profile counts it) and 2 cores: no two of them
+    ran at once. (The device is not there, so each job trains on the CPU, saying so.) The same jobs asking for no GPU, run again, do
     run two at a time (so the check can see an overlap). They run again in a copy of the finished tiny
     run (its corpus and tokens are reused), its job timings removed first. (Every GPU rule, evaluations
     and profiling included, is held to the GPUs it was given in the reduced-size run above.)"""
@@ -196,8 +197,11 @@ def test_gpu_jobs_never_overlap_under_the_gpu_profile(tiny_run, tmp_path):
     small = "results/tiny/models/small/d16_L1/s0"
     targets = [f"{small}/m1/model.safetensors", f"{small}/m2/model.safetensors",
                "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0/model.safetensors"]
+    monkeypatch.setenv("GROWLM_GPUS", "0")
+    monkeypatch.setenv("GROWLM_GPU_LOCKS", str(tmp_path / "locks"))
     run_snakemake(workflow_dir, *targets, "--profile", "profiles/gpu", "--cores", "2", "--configfile", str(TINY),
                   "gpu1.yaml", "--forcerun", "train_small", "train_baseline")
+    monkeypatch.delenv("GROWLM_GPUS")
     one_gpu = job_intervals(workflow_dir / "results" / "tiny")
     assert len(one_gpu) == 3
     assert not overlaps(one_gpu), overlaps(one_gpu)
@@ -237,8 +241,8 @@ def test_how_a_job_runs_reaches_it_outside_the_rerun_trigger(tmp_path, monkeypat
         jobs = [job for job in workflow.dag.jobs if job.rule.name in ("train_small", "train_baseline", "refine")]
         assert {job.rule.name for job in jobs} == {"train_small", "train_baseline", "refine"}
         for job in jobs:
-            assert job.params.how == {"gpus": 1, "gpu_share": 0.5, "compile": True, "compile_ramps": True,
-                                      "sync_every": 0}
+            assert job.params.how == {"gpus": 1, "nodes": 1, "cpus_per_task": 0, "gpu_share": 0.5,
+                                      "compile": True, "compile_ramps": True, "sync_every": 0}
             assert not any("gpu_share" in str(p) for p in workflow.persistence._params(job))
         evaluations = [job for job in workflow.dag.jobs if job.rule.name == "evaluate_model"]
         assert evaluations and all(job.resources.gpu == 1 for job in evaluations)

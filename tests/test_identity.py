@@ -16,6 +16,7 @@ import copy
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_members_are_known_by_content_not_by_date(workflow_dir):
         return job_counts(run_snakemake(wd, "-n", *args).stdout)
 
     m1, m2 = Path(mine[0]) / "model.safetensors", Path(mine[1]) / "model.safetensors"
-    original, stat1 = m1.read_bytes(), m1.stat()
+    original, stat1, original2 = m1.read_bytes(), m1.stat(), m2.read_bytes()
     assert would_run() == {}
 
     # touched, copied over itself: same content, new dates -> nothing to do
@@ -95,6 +96,84 @@ def test_members_are_known_by_content_not_by_date(workflow_dir):
                        .read_text())
     assert [m["dir"] for m in grown["members"]] == ["results/pre/models/pretrained/m1",
                                                     "results/pre/models/pretrained/m2"]
+    m2.write_bytes(original2)
+    assert would_run() == {}
+
+    def configure(items: list[str], extra: str = "") -> None:
+        (wd / "pre.yaml").write_text(f"experiment: pre\nd1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: "
+                                     f"{{pretrained: {json.dumps(items)}{extra}}}\n" + FAST)
+
+    # member 1 linked from elsewhere, member 2 moved, their content the same: nothing is imported, grown or
+    # trained again; only the comparison (which says where the members are) is made again
+    linked, moved = wd / "linked_m1", wd / "moved" / "m2"
+    linked.symlink_to(mine[0], target_is_directory=True)
+    moved.parent.mkdir()
+    shutil.move(mine[1], moved)
+    configure([str(linked), str(moved)])
+    jobs = would_run()
+    assert "compare" in jobs and not {"import_member", "member_part", "member_tokenizer", "grow", "refine",
+                                      "train_baseline"} & set(jobs), jobs
+    # the members' stated cost: read by the comparison alone
+    configure([str(linked), str(moved)], ", cost: {tokens: 50000}")
+    jobs = would_run()
+    assert "compare" in jobs and not {"import_member", "grow", "refine", "train_baseline"} & set(jobs), jobs
+
+    # a new tokenizer.json (same vocabulary size) in both members: the experiment's tokenizer, every token
+    # file, M_0 and every arm are made again in the run that reimports the members
+    tok = json.loads((Path(mine[0]) / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[200:202]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    for folder in (Path(mine[0]), moved):
+        (folder / "tokenizer.json").write_text(json.dumps(tok))
+    jobs = would_run()
+    assert jobs.get("import_member") == 2 and jobs.get("member_tokenizer") == 1 and jobs.get("encode_split") == 6 \
+        and jobs.get("train_baseline") == 1 and jobs.get("refine") == 2, jobs
+
+    # both members replaced in place by Llama members of another tokenizer: one run remakes the tokenizer and
+    # M_0 like them (the baseline of every arm), not only the members' imports and the arms
+    llama = members(wd / "llama", "llama", d=32, vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
+    for src, folder in zip(llama, (Path(mine[0]), moved)):
+        shutil.rmtree(folder)
+        shutil.copytree(src, folder)
+    targets = ["results/pre/models/baseline/d64_L2/t24000_lr0.003/s0/model.safetensors",
+               "results/pre/models/refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0/model.safetensors"]
+    ran = run_snakemake(wd, *targets, *args)
+    assert "member_tokenizer" in ran.stdout + ran.stderr and "train_baseline" in ran.stdout + ran.stderr
+    for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
+        made = json.loads((wd / "results/pre/models" / kind / "config.json").read_text())
+        assert made["model_type"] == "llama" and made["vocab_size"] == json.loads(
+            (moved / "config.json").read_text())["vocab_size"], kind
+    assert json.loads((wd / "results/pre/tokenizer/tokenizer.json").read_text()) == json.loads(
+        (moved / "tokenizer.json").read_text())
+    assert job_counts(run_snakemake(wd, "-n", *targets, *args).stdout) == {}  # nothing left for a second run
+
+
+@pytest.mark.slow
+def test_a_bundled_book_put_back_with_its_old_date_is_read_again(tiny_run, tmp_path):
+    """Bundled books are known by their content, as your own files are: a book edited, prepared, then put
+    back as it was with its old date (`cp -p`) is prepared again, and the corpus holds the original text."""
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    (wd / "workflow" / "resources").unlink()
+    shutil.copytree(REPO / "workflow" / "resources", wd / "workflow" / "resources")
+    name = "pg18735_little_red_hen.txt"
+    book = wd / "workflow" / "resources" / "corpus" / name
+    book.write_text(book.read_text().replace(" hen ", " zebraquark "))
+    level = [f"results/tiny/corpus/level1/{split}.txt" for split in ("train", "val", "test")]
+    args = ["--cores", "1", "--configfile", str(TINY)]
+
+    def corpus() -> str:
+        return "".join((wd / f).read_text() for f in level)
+
+    run_snakemake(wd, *level, *args)
+    assert "zebraquark" in corpus()
+    subprocess.run(["cp", "-p", str(REPO / "workflow" / "resources" / "corpus" / name), str(book)], check=True)
+    assert book.stat().st_mtime < (wd / level[0]).stat().st_mtime  # the original's date: older than the corpus
+    jobs = job_counts(run_snakemake(wd, *level, "-n", "--quiet", "rules", *args).stdout)  # targets first
+    assert jobs.get("prepare_source") == 1, jobs
+    run_snakemake(wd, *level, *args)
+    assert "zebraquark" not in corpus() and " hen " in corpus()
 
 
 def test_a_damaged_corpus_file_is_named_before_any_job(tiny_run, tmp_path):
@@ -139,6 +218,21 @@ def test_a_run_in_a_folder_of_its_own_names_growlms_config_first(tmp_path):
     assert jobs(elsewhere.stdout + elsewhere.stderr) == jobs(at_root.stdout + at_root.stderr)
     alone = dry(tmp_path, TINY)
     assert alone.returncode != 0 and "name growlm's config first: --configfile" in alone.stdout + alone.stderr
+
+
+def test_a_run_started_elsewhere_loads_growlms_workflow_profile(tmp_path):
+    """Snakemake finds a workflow profile in the folder it starts in or beside the Snakefile: growlm's is
+    profiles/default at the root, and workflow/profiles/default links to it, so that a run started in a folder
+    of its own (`-s .../workflow/Snakefile --directory here`) loads the same profile (rerun-incomplete, the
+    failed jobs' logs) as a run from the root. Here the run stops at its config check, after loading it."""
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "--directory", str(tmp_path), "-n", "--cores", "1",
+           "--configfile", str(REPO / "config" / "config.yaml"), str(TINY), "--config", "experiment=models"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    loaded = re.search(r"Using workflow specific profile (\S+) for setting default command line arguments", out)
+    assert loaded, out[-2000:]
+    assert Path(loaded.group(1)).resolve() == (REPO / "profiles" / "default").resolve()
+    assert proc.returncode != 0 and "experiment = 'models'" in out  # and the run went on to its config check
 
 
 def test_the_schema_defaults_are_config_yaml_s():
@@ -223,3 +317,29 @@ def test_every_saved_model_is_a_transformers_folder(tiny_run):
             masked = load_grown(folder)
             assert all(torch.equal(a, b) for a, b in zip(masked.inner.state_dict().values(),
                                                           model.state_dict().values()))
+
+
+def test_jobs_run_the_library_of_their_workflow(workflow_dir, tmp_path, monkeypatch):
+    """Another growlm first on the path (an installed copy of another checkout; here on PYTHONPATH, ahead
+    of even site-packages): the workflow's jobs still run the workflow's own library, as its checks did."""
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "workflow" / "scripts" / "growlm", other / "growlm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(other))
+    target = "results/tiny/corpus/sources/pg18735_little_red_hen/source.json"
+    run_snakemake(workflow_dir, target, "--cores", "1", "--configfile", str(TINY))
+    log = (workflow_dir / "results/tiny/logs/prepare_source/pg18735_little_red_hen.log").read_text()
+    assert log.splitlines()[0] == f"growlm prepare_source: library {workflow_dir / 'workflow/scripts/growlm'}", log
+
+
+def test_a_job_that_runs_another_growlm_stops_naming_both(tmp_path, monkeypatch, capfd):
+    from growlm.errors import job_log
+
+    monkeypatch.setenv("GROWLM_LIBRARY", str(tmp_path / "elsewhere" / "growlm"))
+    with pytest.raises(SystemExit) as stop:
+        with job_log(tmp_path / "job.log", "grow"):
+            raise AssertionError("the job ran")
+    line = capfd.readouterr().err.strip()
+    assert stop.value.code == 1 and len(line.splitlines()) == 1
+    assert line.startswith(f"growlm grow: error: this job imported growlm from {REPO / 'workflow/scripts/growlm'}, "
+                           f"but its workflow's library is {tmp_path / 'elsewhere' / 'growlm'}")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import TINY, learnable_tokens, run_snakemake
+from conftest import TINY, job_counts, learnable_tokens, run_snakemake
 from growlm.errors import GrowlmError
 from growlm.model import build_model, load_model, save_model
 from growlm.tokenizer import fit_tokenizer, load_tokenizer
@@ -198,3 +198,60 @@ def test_no_shell_command_noise_for_script_rules(workflow_dir):
     proc = run_snakemake(workflow_dir, "-n", "--cores", "1")
     assert "Shell command: None" not in proc.stdout + proc.stderr
 
+
+
+@pytest.mark.slow
+def test_a_token_file_whose_record_is_gone_is_named_before_any_job(tiny_run, tmp_path):
+    """A token file altered and its .sha256 deleted would pass for an updated input (Snakemake sees only
+    its date, and would plan M_0, the grow and refine jobs on it): the other token files have their
+    records, so this one has lost its own, and the run stops before any job, naming it with the command
+    that rebuilds it, which runs as printed."""
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    tokens = wd / "results/tiny/tokens/level1/train.npy"
+    flip_byte(tokens)
+    (wd / "results/tiny/tokens/level1/train.npy.sha256").unlink()
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG" not in text, text[-3000:]
+    assert ("results/tiny/tokens/level1/train.npy is damaged (its sha256 record (.sha256 beside it) is gone, so its "
+            "content cannot be checked); rebuild it and continue with `") in text, text[-3000:]
+    forced = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--force",
+                           "results/tiny/tokens/level1/train.npy")  # the printed command's first half, planned
+    assert "encode_split" in forced.stdout
+
+
+@pytest.mark.slow
+def test_a_half_written_file_a_failed_job_left_is_cleaned_or_named_with_a_command_that_works(tiny_run, tmp_path):
+    """A job that fills the disk leaves the files it had not declared (a member's copy of the tokenizer,
+    half written); Snakemake deletes the declared ones. The next run plans that job again (it writes the
+    folder anew) instead of stopping on the leftover as damaged. A finished model folder whose undeclared
+    file is damaged is named with a command that rebuilds it: forcing the folder's weights (a
+    `--force` of the file itself would name no rule)."""
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    member = wd / "results/tiny/models/small/d16_L1/s0/m1"
+    (member / "tokenizer.json").write_text((member / "tokenizer.json").read_text()[:300])
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), check=False)
+    text = proc.stdout + proc.stderr
+    target = "results/tiny/models/small/d16_L1/s0/m1/model.safetensors"
+    assert proc.returncode != 0 and f"--force {target} && " in text, text[-3000:]
+    forced = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--force", target)
+    assert "train_small" in forced.stdout
+    for name in ("model.safetensors", "config.json", "ledger.csv", "plan.json"):  # what Snakemake removes
+        (member / name).unlink()
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--quiet", "rules")
+    assert job_counts(proc.stdout).get("train_small") == 1, proc.stdout[-2000:]
+
+
+def test_rebuild_targets_are_declared_outputs():
+    from growlm.hints import rebuild_target
+
+    for path, target in [("results/models/small/d16_L1/s0/m1/tokenizer.json",
+                          "results/models/small/d16_L1/s0/m1/model.safetensors"),
+                         ("results/x/models/refined/msg/a/n2/t1/s0/growlm.json",
+                          "results/x/models/refined/msg/a/n2/t1/s0/model.safetensors"),
+                         ("results/models/baseline/d32_L2/t1/s0/ledger.csv", "results/models/baseline/d32_L2/t1/s0/ledger.csv"),
+                         ("results/models/grown/msg/a/n2/s0/tokenizer.json", "results/models/grown/msg/a/n2/s0/growth.json"),
+                         ("results/tokens/level1/train.npy", "results/tokens/level1/train.npy")]:
+        assert rebuild_target(path) == target

@@ -115,3 +115,36 @@ def test_prepare_then_run_offline(workflow_dir, tmp_path):
     assert (wd / "results/offline/eval/comparison.csv").is_file()
     logs = "".join(p.read_text() for p in (wd / "results/offline/logs").rglob("*.log"))
     assert "Retrying" not in logs and "huggingface.co" not in logs
+
+
+@pytest.mark.slow
+def test_a_hub_member_whose_revision_changes_remakes_the_tokenizer_in_the_same_run(workflow_dir, tmp_path):
+    """Hub members whose revision is changed to a commit with another tokenizer: the run that imports them
+    again remakes the experiment's tokenizer (what reads member 1's files is known by the commit its
+    revision resolves to), not only the imports. The Hub's cache holds both commits; no network."""
+    wd, hf = workflow_dir, tmp_path / "hf"
+    old = members(tmp_path / "old", "gpt2")
+    new = members(tmp_path / "new", "gpt2", vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
+    for i, repo in enumerate(("someone/member-a", "someone/member-b")):
+        for label, folders in (("old", old), ("new", new)):
+            snap = hf / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / hashlib.sha1(label.encode()).hexdigest()
+            shutil.copytree(folders[i], snap)
+
+    def configure(label: str) -> None:
+        commit = hashlib.sha1(label.encode()).hexdigest()
+        items = [{"hf": repo, "revision": commit} for repo in ("someone/member-a", "someone/member-b")]
+        (wd / "hub.yaml").write_text(f"experiment: hub\nmethods: [msg]\nmembers: {{pretrained: {json.dumps(items)}}}\n"
+                                     + FAST)
+
+    target = "results/hub/tokenizer/tokenizer.json"
+    args = [target, "--cores", "1", "--configfile", str(TINY), "hub.yaml"]
+    env = {**CUT, "HF_HOME": str(hf), "HF_HUB_OFFLINE": "1"}
+    configure("old")
+    proc, _ = snakemake(wd, *args, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert json.loads((wd / target).read_text()) == json.loads((Path(old[0]) / "tokenizer.json").read_text())
+    configure("new")
+    proc, _ = snakemake(wd, *args, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "rule member_tokenizer" in out, out[-3000:]
+    assert json.loads((wd / target).read_text()) == json.loads((Path(new[0]) / "tokenizer.json").read_text())

@@ -284,3 +284,52 @@ def test_qwen2_and_mistral_members_are_read_as_llama(workflow_dir, tmp_path, cap
     assert "member 1 (members.pretrained, %s): its weights are bfloat16" % qwen[0] in capsys.readouterr().out
     with pytest.raises(GrowlmError, match="sliding attention window of 32 tokens, shorter than model.context = 128"):
         import_member(short_window[0], out_dir=tmp_path / "imported" / "short" / "m1", context=128)
+
+
+def test_members_that_differ_in_any_setting_of_their_function_are_named_before_any_job(workflow_dir, tmp_path):
+    """Every setting of a member's config.json that changes what it computes is compared before any job,
+    not only its shape: rotary settings (theta, scaling), positions, activation, norm epsilon. M_0 and
+    the grown model are built from member 1's config, so a member 2 that differs would lose its own
+    setting without a word. Settings that change nothing (bookkeeping, dropout, the initialisation, the
+    rotary settings spelled the older way) are not differences."""
+    from growlm import pretrained
+
+    def variant(base: str, name: str, **changes) -> str:
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        cfg = json.loads((folder / "config.json").read_text())
+        for key, value in changes.items():
+            cfg.pop(key, None) if value is None else cfg.__setitem__(key, value)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        return str(folder)
+
+    first, second = members(tmp_path / "l", "llama")
+    scaling = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    for changes, expected in [
+        ({"rope_parameters": scaling}, 'its rotary settings {"factor": 4.0, "rope_theta": 10000.0, "rope_type": '
+                                       '"linear"} differs from member 1\'s (rotary settings {"rope_theta": 10000.0, '
+                                       '"rope_type": "default"})'),
+        ({"rope_parameters": None, "rope_theta": 500000.0}, '"rope_theta": 500000.0'),
+        ({"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 4.0}}, '"factor": 4.0'),
+        ({"max_position_embeddings": 128}, "its max_position_embeddings 128 differs from member 1's"),
+        ({"hidden_act": "gelu"}, "its hidden_act \"gelu\" differs from member 1's (hidden_act \"silu\")"),
+        ({"rms_norm_eps": 1e-6}, "its rms_norm_eps 1e-06 differs from member 1's (rms_norm_eps 1e-05)"),
+    ]:
+        other = variant(second, f"v{len(list(tmp_path.iterdir()))}", **changes)
+        (problem,) = pretrained.problems([first, other], n_values=[2], context=64)[0]
+        assert problem.startswith(f"member 2 (members.pretrained, {other}): ") and expected in problem, problem
+    same = variant(second, "same", rope_parameters=None, rope_theta=10000.0, rope_scaling=None, architectures=None,
+                   transformers_version="4.40.0", initializer_range=0.01, attention_dropout=0.1)
+    assert pretrained.problems([first, same], n_values=[2], context=64)[0] == []
+    g1, g2 = members(tmp_path / "g", "gpt2")
+    for changes, expected in [({"activation_function": "gelu_new"}, "its activation_function \"gelu_new\""),
+                              ({"layer_norm_epsilon": 1e-6}, "its layer_norm_epsilon 1e-06")]:
+        (problem,) = pretrained.problems([g1, variant(g2, f"g{len(changes)}{expected[4:8]}", **changes)],
+                                         n_values=[2], context=64)[0]
+        assert expected in problem, problem
+    # before any job: the dry run stops on it
+    (workflow_dir / "rope.yaml").write_text(
+        f"members: {{pretrained: {json.dumps([first, variant(second, 'scaled', rope_parameters=scaling)])}}}\n")
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "rope.yaml", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "its rotary settings" in text and "Building DAG" not in text, text[-2000:]

@@ -88,7 +88,7 @@ TABLE = {
     # members you already have: imported (not trained), their tokenizer the experiment's, M_0 built like them
     "members.pretrained": ("members: {pretrained: [pm/m1, pm/m2], data: seed}",
                            {"compare", "evaluate_ensemble", "grow", "plans_table", "profile", "profile_report",
-                            "train_baseline"}, {"evaluate_model", "import_member", "member_tokenizer"}),
+                            "train_baseline"}, {"evaluate_model", "import_member", "member_part", "member_tokenizer"}),
     "members.cost": ("members: {cost: {tokens: 5}}", set(), set()),  # a pretrained member's: none here
     # the members branch from a trunk trained once: their budget (params) and their inputs change
     "members.trunk": ("members: {trunk: 0.5}", {"train_small"}, {"train_trunk"}),
@@ -126,9 +126,13 @@ TABLE = {
     "train.eval_tokens": ("train: {eval_tokens: 1024}", {*TRAINING, "grow", "profile"}, set()),
     "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
-    "train.threads": ("train: {threads: 2}", set(), set()),  # how fast, not what
-    "train.compile": ("train: {compile: true}", set(), set()),  # how the steps run (params.how, derived)
-    "train.compile_ramps": ("train: {compile_ramps: true}", set(), set()),  # how the ramp steps run: ditto
+    # how the steps run, which changes the last digits of every loss (the order of floating-point sums) but not
+    # what is computed: by choice they rerun nothing (rounding far below the seeds' spread is no reason to retrain
+    # an experiment), and each job records the mode it computed in instead (growlm.modes: its ledger, growlm.json,
+    # the comparison's m0_mode/m1_mode and the report, which says when the models were not all in one mode)
+    "train.threads": ("train: {threads: 2}", set(), set()),  # the jobs' threads, not a param
+    "train.compile": ("train: {compile: true}", set(), set()),  # params.how, derived from resources
+    "train.compile_ramps": ("train: {compile_ramps: true}", set(), set()),  # ditto
     "train.sync_every": ("train: {sync_every: 5}", set(), set()),  # how often losses are read: ditto
     "train.log_to": ("train: {log_to: []}", set(), set()),  # where live curves go (params.live, derived)
     "controls.single_member": ("controls: {single_member: false}", SWEPT, set()),  # controls removed
@@ -165,6 +169,7 @@ TABLE = {
                        {"cloze_task", "evaluate_tasks", "report_tasks"}),
     "evaluate.task_limit": ("evaluate: {task_limit: 5}", set(), set()),  # read by task jobs only (none in the base)
     "resources.gpu": ("resources: {gpu: 1}", set(), set()),  # what the scheduler gives, not what is computed
+    "resources.nodes": ("resources: {nodes: 2}", set(), set()),  # where a job runs (params.how), not what
     "resources.cpus_per_gpu": ("resources: {cpus_per_gpu: 2}", set(), set()),
     "resources.mem_mb": ("resources: {mem_mb: 2000}", set(), set()),
     "resources.runtime": ("resources: {runtime: 30}", set(), set()),

@@ -90,6 +90,7 @@ def test_a_new_schedule_is_dispatched_without_touching_the_grow_script(toy_sched
     out = tmp_path / "grown"
     sm = SimpleNamespace(
         log=[str(tmp_path / "grow.log")], rule="grow", threads=1, params=SimpleNamespace(grow=params),
+        resources=SimpleNamespace(gpu=0),
         wildcards=SimpleNamespace(method="toy", seed="2", d1="16", L1="1"), output=[str(out / "growth.json")],
         input=SimpleNamespace(tokenizer=str(tmp_path / "tok" / "tokenizer.json"), data=str(tmp_path / "t.npy"),
                               val=str(tmp_path / "v.npy")))

@@ -1,4 +1,4 @@
-"""Integration tests on a real single-node SLURM cluster on localhost (tests/slurm_cluster.py).
+"""Integration tests on a real two-node SLURM cluster on localhost (tests/slurm_cluster.py).
 
 The module fixture installs slurm-wlm + munge with apt-get if missing (root only), starts the
 daemons and stops them afterwards; without root/apt/daemons every test is skipped with the
@@ -18,6 +18,7 @@ from slurm_cluster.py, with the `cluster` fixture below.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -415,3 +416,138 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_p
     assert "JobState=COMPLETED" in shown, shown
     assert "TimeLimit=00:15:00" in shown and re.search(r"gres/gpu[:=]1|gpu:1", shown), shown
     assert re.search(r"mem=900M", shown), shown
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) jobs across the cluster's two nodes: M_0 and a refinement, then a requeued M_0
+# ---------------------------------------------------------------------------------------------
+
+BASELINE = "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0"
+HYPERCLONE = "results/tiny/models/refined/hyperclone+zero_block/d16_L1_to_d32_L2/n{n}/t24000_lr0.003/s0"
+REL = 1e-4  # two processes reduce a global batch in another order than one (tests/test_distributed.py)
+
+
+def two_node_overlay(wd: Path, extra: str = "") -> Path:
+    """The tiny experiment's training jobs on both nodes (one task each, the fake GPU of each node), gloo
+    pinned to the loopback interface (both nodes are this host)."""
+    overlay = wd / "two_nodes.yaml"
+    overlay.write_text(
+        "methods: [[hyperclone, zero_block]]\n"
+        "controls: {single_member: false, ensemble: false}\n"
+        "profile: {tools: []}\n"
+        "resources: {gpu: 1, nodes: 2, cpus_per_gpu: 1, mem_mb: 900, runtime: 15}\n"
+        "train: {threads: 1}\n" + extra
+    )
+    return overlay
+
+
+MULTI = ("--set-resources", "train_baseline:slurm_partition=multi", "refine:slurm_partition=multi")
+
+
+def curve(folder: Path) -> list[tuple[int, str, float]]:
+    rows = list(csv.DictReader(open(folder / "ledger.csv")))
+    return [(int(r["step"]), c, float(r[c])) for r in rows for c in ("train_loss", "val_loss") if r[c]]
+
+
+def same_curve(got: Path, want: Path) -> None:
+    a, b = curve(got), curve(want)
+    assert [(s, c) for s, c, _ in a] == [(s, c) for s, c, _ in b], (got, want)
+    for (step, col, x), (_, _, y) in zip(a, b):
+        assert x == pytest.approx(y, rel=REL), (got, step, col, x, y)
+
+
+def tiny_copy(tiny_run: Path, wd: Path, remove=("baseline", "refined", "grown")) -> Path:
+    """The tiny run's folder (corpus, tokenizer, members) without the models the test trains again."""
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    for made in ("eval", "report", "profile", "checkpoints"):
+        shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
+    for kind in remove:
+        shutil.rmtree(wd / "results" / "tiny" / "models" / kind, ignore_errors=True)
+    return wd
+
+
+def test_m0_and_a_refinement_span_both_nodes_with_the_one_node_losses(cluster, tiny_run, tmp_path, monkeypatch):
+    """resources.nodes: 2 through the SLURM profile: M_0 and the refinement each run as one SLURM job over
+    both nodes (one task per node, gres per node, the CPUs per task asked for), one torchrun agent per
+    node meeting at a rendezvous on the first; growlm.json and the plans table name both nodes and a
+    world of two; the losses are those of the shared tiny run's one-process jobs with the same global
+    batch."""
+    from conftest import TINY
+
+    wd = tiny_copy(tiny_run, tmp_path / "wf", remove=("baseline", "refined"))
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # passed on to every process on every node
+    overlay = two_node_overlay(wd)
+    targets = (f"{BASELINE}/model.safetensors", f"{HYPERCLONE.format(n=2)}/model.safetensors",
+               "results/tiny/report/plans.html")
+    proc = run_snakemake_on_cluster(wd, wd / "workflow" / "Snakefile", configfiles=(TINY, overlay),
+                                    extra_args=(*targets, "--verbose", *MULTI), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + slurm_logs(wd)
+    line = sbatch_line(proc.stdout, "train_baseline")
+    for flag in ("-p multi", "--nodes=2", "--ntasks=2", "--cpus-per-task=1", "--gres=gpu:1"):
+        assert re.search(rf"(^|\s){re.escape(flag)}(\s|$)", line), f"{flag!r} not in: {line}"
+    assert "--gpus=" not in line and "--ntasks-per-gpu" not in line, line
+    for folder in (BASELINE, HYPERCLONE.format(n=2)):
+        where = json.loads((wd / folder / "growlm.json").read_text())["where"]
+        assert where["world"] == 2 and sorted(where["nodes"]) == sorted(cluster.nodes), where
+        assert sorted(r["node_rank"] for r in where["ranks"]) == [0, 1], where
+        assert all(r["interfaces"] == {"GLOO_SOCKET_IFNAME": "lo"} and r["visible_devices"] == "0"
+                   for r in where["ranks"]), where
+        assert json.loads((wd / folder / "plan.json").read_text())["n_devices"] == 2
+        same_curve(wd / folder, tiny_run / folder)
+    log = (wd / "results/tiny/logs/train_baseline/d32_L2_t24000_lr0.003_s0.log").read_text()
+    assert "launching 2 processes on SLURM nodes" in log and "srun --nodes=2 --ntasks=2" in log, log[-3000:]
+    assert "step 93/93 (100%)" in log, log[-3000:]  # rank 0's progress, from whichever node it ran on
+    plans = (wd / "results/tiny/report/plans.html").read_text()
+    assert all(node in plans for node in cluster.nodes), plans
+
+
+def wait_for_checkpoint(ckpt: Path, proc: subprocess.Popen, log: Path, timeout: float = 300) -> str:
+    """The SLURM job id of the training job once it has written its first checkpoint."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"snakemake ended early (rc {proc.returncode}):\n{tail(log.read_text())}")
+        if ckpt.is_dir() and any(p.name.startswith("step_") for p in ckpt.iterdir()):
+            jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%i %k"], capture_output=True,
+                                  text=True).stdout.split("\n")
+            ids = [j.split()[0] for j in jobs if "rule_train_baseline" in j]
+            if ids:
+                return ids[0]
+        time.sleep(0.1)
+    pytest.fail(f"no checkpoint in {ckpt} after {timeout} s:\n{tail(log.read_text())}")
+
+
+def test_a_job_across_nodes_requeued_mid_run_resumes_to_the_same_numbers(cluster, tiny_run, tmp_path, monkeypatch):
+    """SLURM requeues a two-node M_0 while it trains (`scontrol requeue`: SIGTERM to both nodes' tasks, as
+    preemption does): the agents pass it to their processes, which stop at one step together, rank 0
+    writes a checkpoint, and the same SLURM job, started again, re-forms its world at a new rendezvous and
+    resumes from it; the model it ends with has the losses of the same job run without interruption in
+    one process."""
+    from conftest import TINY, run_snakemake
+
+    extra = "train: {threads: 1, checkpoint_every: 20, large: {tokens: 204800}}\n"  # 800 steps
+    wd = tiny_copy(tiny_run, tmp_path / "wf")
+    overlay = two_node_overlay(wd, extra)
+    target = f"{BASELINE.replace('t24000', 't204800')}/model.safetensors"
+    log = tmp_path / "snakemake.out"
+    proc = popen_snakemake_on_cluster(wd, wd / "workflow" / "Snakefile", configfiles=(TINY, overlay),
+                                      extra_args=(target, "--retries", "0", *MULTI), log=log)
+    ckpt = wd / Path(target).parent.as_posix().replace("/models/", "/checkpoints/")
+    job = wait_for_checkpoint(ckpt, proc, log)
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    output = finish(proc, log, timeout=600)
+    assert proc.returncode == 0, output[-5000:] + slurm_logs(wd)
+    model = wd / Path(target).parent
+    # the started-again job's log (Snakemake replaces the first attempt's) resumes from where it stopped
+    job_log = (wd / "results/tiny/logs/train_baseline/d32_L2_t204800_lr0.003_s0.log").read_text()
+    resumed = re.search(r"resumed from checkpoint step_\d+ \(step (\d+)\)", job_log)
+    assert resumed and 0 < int(resumed.group(1)) < 800, job_log[-4000:]
+    assert "launching 2 processes on SLURM nodes" in job_log, job_log[-4000:]
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+    assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, shown  # the same job, started again
+
+    ref = tiny_copy(tiny_run, tmp_path / "ref")  # the same job without interruption, one process, no SLURM
+    (ref / "one.yaml").write_text(extra)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run_snakemake(ref, target, "--cores", "1", "--configfile", str(TINY), str(ref / "one.yaml"))
+    same_curve(model, ref / Path(target).parent)

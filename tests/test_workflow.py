@@ -69,6 +69,20 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         # values read as the numbers they are, every alternative named
         (["budgets=[0]"], "budgets = [0]: not allowed; expected integer >= 1 or a list of (integer >= 1)"),
         (["train={small: {tokens: -5}}"], "train.small.tokens = -5: not allowed; expected integer >= 1 or 'gstack'; "),
+        # a job across nodes needs SLURM: the dry run of a local run says so (through profiles/slurm it plans)
+        (["resources={nodes: 2}"], "resources.nodes = 2: a training job across several nodes runs through SLURM "
+                                   "(--profile profiles/slurm: one allocation of 2 nodes, a torchrun agent started on "
+                                   "each), and this run uses Snakemake's local executor"),
+        # a name's rule is a pattern: said, not "expected string"
+        (["experiment=my run"], "experiment = 'my run': not allowed; expected a string matching the pattern "
+                                "^[A-Za-z0-9][A-Za-z0-9_-]*$; the experiment's name, letters, digits, _ and - "
+                                "beginning with a letter or a digit"),
+        # Snakemake drops a YAML tag from a --config value: said in one line, not run with what is left (here a
+        # list where the family's name goes, which stopped the config check with a TypeError)
+        (["model={family: !!python/object/apply:os.system [id]}"],
+         "config error: --config 'model={family: !!python/object/apply:os.system [id]}': !!python/object/apply:os.system "
+         "is a YAML tag, which --config does not read (Snakemake drops it and keeps what follows); give model its "
+         "value itself, without a tag"),
     ],
 )
 def test_bad_config_is_named(workflow_dir, override, message):
@@ -85,10 +99,29 @@ def test_bad_config_is_named(workflow_dir, override, message):
     (["d0=64.0", "budgets=[1.2e6]"], "d64_L4/s0/m1"),
     (["model={head_dim: 32}"], "d128_L4"),  # nested values are read as YAML, as in a config file
     (["train={small: {lr: 3e-3, batch_size: 8}}", "resources={memory_limit_gb: 2.5}"], "d64_L4"),
+    (["experiment=nan"], "results/nan/models/"),  # a name that reads as a number (nan, 2024) is the text written
 ])
 def test_command_line_values_are_read_as_their_types(workflow_dir, override, path):
     proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--config", *override)
     assert path in proc.stdout and ".0_" not in proc.stdout and "1000000.0" not in proc.stdout
+
+
+def test_a_name_that_reads_as_a_number_is_its_text_and_a_yaml_tag_is_found_wherever_a_value_starts():
+    """Snakemake reads `--config experiment=nan` as a float and `2024` as an integer: where the schema wants
+    a string, that is the text the user wrote. A tag starts a value, an item of a list, or a mapping's
+    value; quoting the whole value does not hide it (Snakemake strips the quotes)."""
+    from growlm.config_values import coerce, config_tag_problems
+
+    schema = {"type": "object", "properties": {"experiment": {"type": "string"}, "d0": {"type": "integer"}}}
+    assert coerce({"experiment": 2024, "d0": 32.0}, schema, {}) == {"experiment": "2024", "d0": 32}
+    assert coerce({"experiment": float("nan")}, schema, {})["experiment"] == "nan"
+    assert coerce({"experiment": True}, schema, {})["experiment"] is True  # not a number: the schema names it
+    plain = ["snakemake", "-n", "--config", "experiment=wow!", "d0=[32, 64]", "grow={options: {msg: {a: b}}}"]
+    assert config_tag_problems(plain) == []
+    for value in ("!!python/name:os.system", "[msg, !!python/tuple [x]]", "{family: !llama x}", "'!!str x'"):
+        (problem,) = config_tag_problems(["snakemake", "--config", "experiment=a", f"methods={value}", "-n"])
+        assert problem.startswith(f"--config {'methods=' + value!r}: !") and "give methods its value" in problem
+    assert config_tag_problems(["snakemake", "--config=methods=!!python/tuple [x]"])  # the option's inline form
 
 
 def test_missing_source_file_is_named(workflow_dir):

@@ -12,22 +12,46 @@ from snakemake.cli import get_argument_parser
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-# this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy)
+# this workflow's own copy of the library (also when it is used as a module, e.g. after snakedeploy), here
+# and in every job: Snakemake puts a script's folder after site-packages, where another growlm (an
+# editable install of another checkout, a pip-installed growlm) would win; the jobs inherit PYTHONPATH
+# with it first, and stop naming both if another copy still runs (growlm.errors.job_log)
 RULES_DIR = str(workflow.current_basedir)  # this folder, also when growlm runs as another workflow's module
 sys.path.insert(0, str(Path(RULES_DIR).parent / "scripts"))
 
+from growlm.errors import export_library  # noqa: E402
+
+export_library(Path(RULES_DIR).parent / "scripts")
+
 from growlm import hints, outputs  # noqa: E402
+from growlm.config_values import config_tag_problems  # noqa: E402
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import arm_levels, level_names  # noqa: E402
 from growlm.methods import SINGLE_MEMBER, method_id, needs_single_member_control  # noqa: E402
 from growlm.tasks import task_specs  # noqa: E402
-from growlm.validate import check_config  # noqa: E402
+from growlm.validate import check_config, nodes_problem  # noqa: E402
 
 # every command growlm prints for you to run is your own command line (growlm.hints): the jobs
 # inherit it through the environment
 COMMAND = hints.export_command(sys.argv, hints.option_table(get_argument_parser()))
 MAIN_PROCESS = not hints.is_job_step(sys.argv)  # not one job's step (a SLURM job parses this file again)
 DRY_RUN = "dryrun" in COMMAND["given"]
+
+
+def snakemake_executor():
+    """The executor this run uses ("local", "slurm", ...; a dry run names the one it plans for), or None
+    when Snakemake runs through its Python API. Snakemake chooses it only after it has parsed this file,
+    so it is read from the command line Snakemake is working on (its profiles applied), in the frame of
+    snakemake.cli.args_to_api."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "args_to_api" and hasattr(frame.f_locals.get("args"), "executor"):
+            return frame.f_locals["args"].executor or "local"
+        frame = frame.f_back
+    return None
+
+
+EXECUTOR = snakemake_executor()
 
 
 def shipped(rel):
@@ -63,6 +87,11 @@ def source_file(source):
     return None
 
 
+# a YAML tag in a --config value is dropped by Snakemake's reading: said, not run with what is left
+TAGGED = config_tag_problems(sys.argv) if MAIN_PROCESS else []
+if TAGGED:
+    raise WorkflowError(f"config error: {TAGGED[0]}")
+
 # every value, every combination of the sweep and every source, before any job (growlm.validate)
 try:
     SWEEP = check_config(
@@ -73,6 +102,8 @@ try:
     )
 except GrowlmError as err:
     raise WorkflowError(f"config error: {err}")
+if MAIN_PROCESS and nodes_problem(config, EXECUTOR):  # jobs across nodes need SLURM
+    raise WorkflowError(f"config error: {nodes_problem(config, EXECUTOR)}")
 
 # the experiment's folder: results/ for the default experiment, results/<experiment>/ for any other
 EXPERIMENT = config["experiment"]

@@ -118,6 +118,7 @@ rule compare:
     conda:
         "../envs/growlm.yaml"
     params:
+        **pretrained_params(),  # the members brought and their stated cost (members.cost): read here only
         combos=combos(),
         paths={
             "small": SMALL,

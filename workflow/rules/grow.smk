@@ -18,7 +18,7 @@ rule grow:
         res("benchmarks/grow/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_s{seed}.tsv")
     conda:
         "../envs/growlm.yaml"
-    threads: 1
+    threads: lambda wc: config["train"]["threads"] if is_schedule(wc.method) else 1  # a schedule trains: as every training job
     resources:
         # a schedule trains models: a training job's GPUs and run time; an operator, none
         gpu=lambda wc: min(1, config["resources"]["gpu"]) if is_schedule(wc.method) else 0,

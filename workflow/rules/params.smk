@@ -69,6 +69,22 @@ def grow_params(wildcards):
     }
 
 
+def pretrained_params():
+    """{"pretrained": the members brought (members.pretrained), their stated cost (members.cost) and the
+    context it is priced at} for the rules that price the members (growlm.compare.priced); nothing
+    without pretrained members, so that members.cost then reruns nothing."""
+    if not PRETRAINED_MEMBERS:
+        return {}
+    members = config["members"]
+    return {
+        "pretrained": {
+            "sources": canonical(PRETRAINED_MEMBERS),
+            "cost": members["cost"],
+            "context": config["model"]["context"],
+        }
+    }
+
+
 def live_settings(wildcards, output):
     """Where a training job writes its live curves (`train.log_to`; None: nowhere): one run per model
     under the experiment's live/ folder, named by the model's path under models/. A params function of
@@ -76,12 +92,19 @@ def live_settings(wildcards, output):
     if not config["train"]["log_to"]:
         return None
     name = os.path.relpath(str(Path(output.model).parent), res("models"))
-    return {"to": list(config["train"]["log_to"]), "dir": res(f"live/{name}"), "name": name, "experiment": EXPERIMENT}
+    return {
+        "to": list(config["train"]["log_to"]),
+        "dir": res(f"live/{name}"),
+        "name": name,
+        "experiment": EXPERIMENT,
+        **pretrained_params(),
+    }  # a refinement's curves start at its members' stated cost
 
 
 def job_how(wildcards, resources):
-    """How a training job runs on what it was given, never what it computes: the GPUs it asked for
-    (torchrun with several), the share of each GPU's memory its planner may budget
+    """How a training job runs on what it was given, never what it computes: the GPUs it asked for on
+    each node (torchrun with several), its nodes (one torchrun agent on each, resources.nodes) and the
+    CPUs each node's task has, the share of each GPU's memory its planner may budget
     (`resources.gpu_share`), `train.compile`, `train.compile_ramps` and `train.sync_every`. The job
     passes them on as keyword arguments.
 
@@ -91,7 +114,9 @@ def job_how(wildcards, resources):
     `train.threads`. The checkpoint fingerprint leaves these out too (TrainConfig.HOW_FIELDS), so a
     run resumes under any of them."""
     return {
-        "gpus": int(resources.gpu),
+        "gpus": gpus_per_node(resources),
+        "nodes": int(resources.get("nodes", 1) or 1),
+        "cpus_per_task": int(resources.get("cpus_per_task", 0) or 0),
         "gpu_share": float(config["resources"]["gpu_share"]),
         "compile": config["train"]["compile"],
         "compile_ramps": bool(config["train"]["compile_ramps"]),

@@ -55,6 +55,7 @@ def combos():
 
 SMALL = res("models/small/d{d0}_L{L0}/s{seed}/m{member}")
 PRETRAINED = res("models/pretrained/m{member}")  # members.pretrained: imported, not trained
+MEMBER_PART = res("models/pretrained/m1_{part}.json")  # what the tokenizer and M_0 take from member 1 (inputs.smk)
 TRUNK = res("models/trunk/d{d0}_L{L0}/s{seed}")  # the members' shared trunk (members.trunk > 0)
 BASELINE = res("models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}")
 GROWN = res("models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")

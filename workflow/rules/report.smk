@@ -30,6 +30,7 @@ rule report_figures:
         tasks=[res("eval/tasks.csv")] if TASKS else [],
     output:
         summary=res("report/summary.rst"),
+        answer=res("report/answer.svg"),  # the first page's figure, inside summary.rst too
         loss=report(
             res("report/loss_vs_flops.svg"),
             caption="../report/loss_vs_flops.rst",
@@ -87,6 +88,7 @@ rule report_tasks:
     conda:
         "../envs/growlm.yaml"
     params:
+        **pretrained_params(),  # the members brought and their stated cost (members.cost)
         combos=combos(),
         paths={"small": SMALL, "baseline": BASELINE, "grown": GROWN, "refined": REFINED},
     script:

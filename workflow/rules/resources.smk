@@ -3,6 +3,17 @@
 
 import os
 
+from growlm.gpus import SLOTS_ENV, machine_gpus, slots_per_gpu
+
+# A local run shares this machine's GPUs among its jobs: a job that asks for GPUs (its `gpu` resource)
+# claims devices of its own when it starts (growlm.gpus), and Snakemake runs at most as many GPU jobs at
+# once as the machine has GPUs (k per GPU with resources.gpu_share 1/k). `--resources gpu=N` on the
+# command line or in a profile sets another count. Under SLURM the scheduler places the GPUs instead.
+os.environ[SLOTS_ENV] = str(slots_per_gpu(config["resources"]["gpu_share"]))  # the jobs inherit it
+MACHINE_GPUS = machine_gpus() if MAIN_PROCESS and EXECUTOR == "local" else []
+if MACHINE_GPUS and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", len(MACHINE_GPUS) * slots_per_gpu(config["resources"]["gpu_share"]))
+
 
 def prep_threads(wildcards=None):
     """Cores of a corpus job: corpus.threads, or all of --cores."""
@@ -18,14 +29,44 @@ def source_threads(wildcards):
 
 
 def training_resources():
-    """The resources every training rule asks for (scaled by the attempt on retries)."""
+    """The resources every training rule asks for (scaled by the attempt on retries).
+
+    On one node: `gpu` GPUs (SLURM's --gpus; locally the job claims that many devices of its own,
+    growlm.gpus) and `cpus_per_gpu` CPUs each. Across `resources.nodes` > 1 nodes (SLURM only): one task
+    per node (`tasks`, with `mpi`, so that the SLURM plugin starts the job once, on the first node, and
+    the job starts the tasks with srun, growlm.launch), `gres: gpu:G` GPUs on every node
+    instead of `gpu` (which would count them for the whole job), `cpus_per_task` CPUs on every node
+    (without it each task gets one CPU) and `tasks_per_gpu: 0` (else the plugin asks for a task per
+    GPU). `mem_mb` is then per node."""
     res = config["resources"]
-    return dict(
-        gpu=res["gpu"],
-        cpus_per_gpu=res["cpus_per_gpu"],
+    scaled = dict(
         mem_mb=lambda wc, attempt: res["mem_mb"] * attempt,
         runtime=lambda wc, attempt: res["runtime"] * attempt,
     )
+    if res["nodes"] == 1:
+        return dict(gpu=res["gpu"], cpus_per_gpu=res["cpus_per_gpu"], **scaled)
+    across = dict(
+        nodes=res["nodes"], tasks=res["nodes"], tasks_per_gpu=0, mpi="srun", cpus_per_task=node_cpus(), **scaled
+    )
+    if res["gpu"]:
+        across["gres"] = f"gpu:{res['gpu']}"
+    return across
+
+
+def node_cpus():
+    """The CPUs a job across nodes asks of each node: cpus_per_gpu for each of its GPUs there, or its
+    training threads on CPU nodes."""
+    res = config["resources"]
+    return res["gpu"] * res["cpus_per_gpu"] if res["gpu"] else config["train"]["threads"]
+
+
+def gpus_per_node(resources):
+    """The GPUs a training job has on each of its nodes: the count in its `gres` (gpu:G, per node) where it
+    has one, else its `gpu` resource."""
+    gres = str(resources.get("gres", "") or "")
+    if gres.startswith("gpu"):
+        return int(gres.rsplit(":", 1)[1]) if gres.count(":") else 1
+    return int(resources.get("gpu", 0) or 0)
 
 
 def evaluation_resources():

@@ -5,10 +5,12 @@
 if PRETRAINED_MEMBERS:
 
     # members.pretrained: the members' own tokenizer (one for all of them, checked before any job)
-    # encodes the corpus; member 1's copy, rerun only when member 1's tokenizer changes (rules/inputs.smk)
+    # encodes the corpus; member 1's copy, rerun only when member 1's tokenizer files change (its
+    # `tokenizer` part, rules/inputs.smk), in the same run that reimports it
     rule member_tokenizer:
         input:
-            ancient(f"{PRETRAINED.format(member=1)}/tokenizer.json"),
+            imported=ancient(f"{PRETRAINED.format(member=1)}/tokenizer.json"),
+            part=MEMBER_PART.format(part="tokenizer"),
         output:
             res("tokenizer/tokenizer.json"),
             res("tokenizer/tokenizer_config.json"),
@@ -18,8 +20,6 @@ if PRETRAINED_MEMBERS:
             res("benchmarks/member_tokenizer.tsv")
         conda:
             "../envs/growlm.yaml"
-        params:
-            content=lambda wc: member_part_digest("tokenizer.json"),
         script:
             "../scripts/member_tokenizer.py"
 

@@ -70,11 +70,10 @@ rule train_trunk:
         "../scripts/train_trunk.py"
 
 
-# members.pretrained: each member imported from its folder or the Hub (not trained), with its tokenizer
-# and the cost it was stated to have (members.cost), as a growlm model folder.
+# members.pretrained: each member imported from its folder or the Hub (not trained), with its tokenizer,
+# as a growlm model folder. Known by its content, not where it lies (rules/inputs.smk); what it cost is
+# the comparison's business (members.cost), not the import's.
 rule import_member:
-    input:
-        pretrained_files,
     output:
         model=f"{PRETRAINED}/model.safetensors",
         config=f"{PRETRAINED}/config.json",
@@ -86,12 +85,27 @@ rule import_member:
     conda:
         "../envs/growlm.yaml"
     params:
-        member=lambda wc: canonical(PRETRAINED_MEMBERS[int(wc.member) - 1]),
-        content=pretrained_content,  # the folder by content: its dates rerun nothing (rules/inputs.smk)
-        cost=config["members"]["cost"],
+        identity=member_identity,  # its content (a Hub member: its commit): what reruns it
+        source=pretrained_where,  # where it lies (a function of the output): reruns nothing
         context=config["model"]["context"],
     script:
         "../scripts/import_member.py"
+
+
+# What the tokenizer and M_0 take from member 1 (its tokenizer's files; its config), each known by its
+# content in a job with no job before it, so that a change is seen in the run that reimports the member
+# (rules/inputs.smk).
+rule member_part:
+    output:
+        MEMBER_PART,
+    log:
+        res("logs/member_part/{part}.log"),
+    wildcard_constraints:
+        part="|".join(MEMBER_PARTS),
+    params:
+        identity=member_part,
+    run:
+        write_member_part(output[0], wildcards.part, params.identity, log[0])
 
 
 rule train_baseline:
@@ -115,8 +129,6 @@ rule train_baseline:
     resources:
         **training_resources(),
     params:
-        # with members.pretrained, M_0 is built like member 1: rerun when its config changes, not its weights
-        **({"like_digest": lambda wc: member_part_digest("config.json")} if PRETRAINED_MEMBERS else {}),
         train=baseline_train,
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
         memory_limit_gb=config["resources"]["memory_limit_gb"],

@@ -9,7 +9,7 @@ from growlm.growth import load_plugins
 from growlm.methods import is_schedule
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule):
+with job_log(sm.log[0], sm.rule, gpus=getattr(sm.resources, "gpu", 0)):
     torch.set_num_threads(sm.threads)
     p, wc = sm.params.grow, sm.wildcards
     out_dir, tokenizer_dir = Path(sm.output[0]).parent, Path(sm.input.tokenizer).parent

@@ -6,5 +6,4 @@ from growlm.jobs.train import import_member
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
-    import_member(sm.params.member, out_dir=Path(sm.output.model).parent, cost=sm.params.cost,
-                  context=sm.params.context)
+    import_member(sm.params.source, out_dir=Path(sm.output.model).parent, context=sm.params.context)

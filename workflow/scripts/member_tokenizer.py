@@ -6,4 +6,4 @@ from growlm.jobs.tokenizer import member_tokenizer
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
-    member_tokenizer([Path(f).parent for f in sm.input], Path(sm.output[0]).parent)
+    member_tokenizer([Path(sm.input.imported).parent], Path(sm.output[0]).parent)

@@ -5,7 +5,7 @@ from growlm.errors import job_log
 from growlm.jobs.profile import profile
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule):
+with job_log(sm.log[0], sm.rule, gpus=getattr(sm.resources, "gpu", 0)):
     p = sm.params.profile
     profile(tool=sm.wildcards.tool, kind=sm.wildcards.kind, train=p["train"], model=p["model"],
             tokens_file=sm.input.tokens, tokenizer_dir=Path(sm.input.tokenizer).parent,

@@ -8,9 +8,11 @@ from growlm.jobs.train import live_curves
 from growlm.jobs.train import refine
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule), live_curves(sm.params.live, grown_dir=Path(sm.input.grown).parent):  # train.log_to
+gpus = getattr(sm.resources, "gpu", 0)  # this job's own devices on a local machine (growlm.gpus)
+grown = Path(sm.input.grown).parent
+with job_log(sm.log[0], sm.rule, gpus=gpus), live_curves(sm.params.live, grown_dir=grown):  # train.log_to
     torch.set_num_threads(sm.threads)
-    refine(train=sm.params.train, ramps=sm.params.ramps, grown_dir=Path(sm.input.grown).parent, train_file=sm.input.train,
+    refine(train=sm.params.train, ramps=sm.params.ramps, grown_dir=grown, train_file=sm.input.train,
            val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
            memory_limit_gb=sm.params.memory_limit_gb, refine_with=sm.params.refine_with,
            **sm.params.how)  # gpus, gpu_share, compile: how it runs

@@ -2,7 +2,8 @@
 import pandas as pd
 
 from growlm.errors import job_log
-from growlm.report import comparison_html, cost_ratio_plot, loss_vs_flops_plot, scaling_plot, write_summary
+from growlm.report import (answer_plot, comparison_html, cost_ratio_plot, loss_vs_flops_plot, scaling_plot,
+                           write_summary)
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):
@@ -10,5 +11,6 @@ with job_log(sm.log[0], sm.rule):
     cost_ratio_plot(sm.input.comparison, sm.output.ratio)
     comparison_html(sm.input.comparison, sm.output.table, sm.input.lr_sweep)
     scaling_plot(pd.read_csv(sm.input.comparison), sm.output.scaling)  # cost ratio against d1
-    write_summary(sm.input.comparison, sm.input.description, sm.output.summary,
+    answer_plot(sm.input.curves, sm.input.comparison, sm.output.answer)  # the first page's figure
+    write_summary(sm.input.comparison, sm.input.description, sm.output.summary, figure_svg=sm.output.answer,
                   tasks_csv=sm.input.tasks[0] if sm.input.tasks else None)  # evaluate.tasks: their scores

@@ -8,7 +8,8 @@ from growlm.jobs.train import live_curves
 from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule), live_curves(sm.params.live):  # train.log_to
+gpus = getattr(sm.resources, "gpu", 0)  # this job's own devices on a local machine (growlm.gpus)
+with job_log(sm.log[0], sm.rule, gpus=gpus), live_curves(sm.params.live):  # train.log_to
     torch.set_num_threads(sm.threads)
     train_model(train=sm.params.train, model=sm.params.model, init_seed=sm.params.init_seed,
                 role=f"small member m{sm.wildcards.member}", train_file=sm.input.train, val_file=sm.input.val,

@@ -24,7 +24,8 @@ import pandas as pd
 from growlm.errors import GrowlmError, damaged, read_json
 from growlm.growth_record import Growth
 from growlm.methods import OPERATORS, is_single_member_control, members_used
-from growlm.pretrained import shape_of_config
+from growlm.modes import NOT_RECORDED, arm_mode, job_mode
+from growlm.pretrained import member_cost_flops, shape_of_config
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
 
@@ -49,7 +50,22 @@ def read_ledger(path: str | Path) -> pd.DataFrame:
     # the training time: wall seconds less torch.compile's compilation (a ledger without compile_s: none)
     compile_s = pd.to_numeric(df["compile_s"], errors="coerce").fillna(0.0) if "compile_s" in df else 0.0
     df["train_wall_s"] = df["wall_s"] - compile_s
+    # how each row was computed (growlm.modes); a ledger of a growlm older than modes does not say
+    df["mode"] = df["mode"].fillna(NOT_RECORDED).astype(str) if "mode" in df else NOT_RECORDED
     return df
+
+
+def ledger_mode(ledger: pd.DataFrame) -> str:
+    """The mode a model's ledger rows were computed in (`growlm.modes.job_mode`: two when a resume changed it)."""
+    return job_mode(ledger["mode"])
+
+
+def arm_modes(m1: pd.DataFrame, growth: Growth, member_ledgers: list[pd.DataFrame]) -> str:
+    """The mode of an M_1 (`growlm.modes.arm_mode`): its members' training (those growlm trained), its
+    schedule's stages (a schedule's growth is training) and its refinement's."""
+    return arm_mode({"members": [ledger_mode(led) for led in member_ledgers],
+                     "growth": [str(st.get("mode") or NOT_RECORDED) for st in growth.stages or []],
+                     "refinement": [ledger_mode(m1)]})
 
 
 def first_reach(ledger: pd.DataFrame, target: float, column: str = "flops") -> float:
@@ -95,16 +111,32 @@ def final_val_loss(model_dir: str | Path) -> float:
     return float(ev["val_loss"].iloc[-1]) if len(ev) else math.nan
 
 
-def growth_cost(growth: Growth) -> dict:
+def priced(member: dict, pretrained: dict | None) -> dict:
+    """A member's entry of growth.json with its training cost: a pretrained member (growlm did not train
+    it) costs what `members.cost` states, as the FLOPs of its own shape (`growlm.pretrained.member_cost_flops`),
+    or is unknown (flops None). `pretrained`: {"cost": members.cost, "context": model.context, "sources":
+    members.pretrained}, which the rules that price members (compare, report_tasks, a refinement's live
+    curves) pass; the import and grow jobs never read members.cost, so stating it reruns only these."""
+    if not member.get("pretrained"):
+        return member
+    cost = (pretrained or {}).get("cost")
+    flops = None
+    if cost:
+        shape = shape_of_config(read_json(Path(member["dir"]) / "config.json"), str(member["dir"]))
+        flops = member_cost_flops(cost, shape, int(pretrained["context"]))
+    return {**member, "flops": flops, "cost": "stated" if flops is not None else "unknown"}
+
+
+def growth_cost(growth: Growth, pretrained: dict | None = None) -> dict:
     """What M'_1 cost before its refinement, from its grow job's `growth.json`: the members the method
     used (a chain of single-source operators grows m_1 alone; a plugin's job trims its own list) and
     the members' shared trunk (`members.trunk`, counted once), their training FLOPs and wall time,
     and the growth's own. `members` lists the members used, then the trunk; `n_members` counts the
     members only. M_1's curve starts at `small_flops + growth_flops`. A pretrained member's training
-    cost is what `members.cost` stated, or unknown (None): then `unknown` is True and `small_flops` NaN
-    (not counted)."""
+    cost is what `members.cost` stated (`priced`), or unknown (None): then `unknown` is True and
+    `small_flops` NaN (not counted)."""
     trunk = [m for m in growth.members if m.get("role") == "trunk"]
-    members = [m for m in growth.members if m.get("role") != "trunk"]
+    members = [priced(m, pretrained) for m in growth.members if m.get("role") != "trunk"]
     if growth.chain and all(nm in OPERATORS for nm in growth.chain):
         members = members[:members_used(growth.chain, len(members))]
     used = members + trunk
@@ -115,11 +147,12 @@ def growth_cost(growth: Growth) -> dict:
             "growth_flops": float(growth.growth_flops), "growth_wall_s": float(growth.growth_wall_s)}
 
 
-def members_described(growth: Growth) -> dict:
+def members_described(growth: Growth, pretrained: dict | None = None) -> dict:
     """What the members an arm used are, as the comparison and the report describe them: trained by growlm
     (their shape is the config's d0 and L0) or trained elsewhere (`members.pretrained`: their own family
-    and shape, source and dtype, read from the imported folders)."""
-    used = [m for m in growth_cost(growth)["members"] if m.get("role") != "trunk"]
+    and shape and dtype, read from the imported folders, and where they are now: `pretrained["sources"]`,
+    the config's entries, since a member moved with the same content is not imported again)."""
+    used = [m for m in growth_cost(growth, pretrained)["members"] if m.get("role") != "trunk"]
     metas = []
     for m in used:
         meta_file = Path(m["dir"]) / "growlm.json"
@@ -132,7 +165,7 @@ def members_described(growth: Growth) -> dict:
             s = shape_of_config(read_json(config), str(m["dir"]))
             shapes.append(f"{s.family}, width {s.d}, {s.L} layer{'s' if s.L != 1 else ''}")
         if brought:
-            sources.append(str((meta.get("source") or {}).get("where", m["dir"])))
+            sources.append(_source_of(m["dir"], meta, pretrained))
             dtypes.append(str(meta.get("source_dtype") or "float32"))
     return {"members_origin": "trained elsewhere" if brought else ("trained by growlm" if used else ""),
             "members_shape": "; ".join(dict.fromkeys(shapes)), "members_source": "; ".join(sources),
@@ -165,6 +198,15 @@ def tokens_per_param(budget: int, model_dir: Path) -> dict:
     shape = shape_of_config(read_json(Path(model_dir) / "config.json"), str(model_dir))
     return {"tokens_per_param": budget / (shape.n_params - shape.embedding_params),
             "tokens_per_param_total": budget / shape.n_params}
+def _source_of(member_dir, meta: dict, pretrained: dict | None) -> str:
+    """Where a pretrained member lies: its entry of members.pretrained (the folder models/pretrained/m2 is
+    entry 2), else where the import read it."""
+    entries = (pretrained or {}).get("sources") or []
+    number = Path(member_dir).name.removeprefix("m")
+    if number.isdigit() and 0 < int(number) <= len(entries):
+        entry = entries[int(number) - 1]
+        return str(entry if isinstance(entry, str) else entry.get("path") or entry.get("hf"))
+    return str((meta.get("source") or {}).get("where", member_dir))
 
 
 M0_ARM_KEYS = ("d1", "L1", "budget")
@@ -239,17 +281,18 @@ def task_columns(records: list[dict]) -> dict[str, float]:
 
 
 def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None,
-                tasks: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
+                tasks: dict | None = None, pretrained: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
     """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`;
     test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels); with `tasks`
-    (`read_task_records`), their lm-evaluation-harness scores, M_1's beside M_0's."""
+    (`read_task_records`), their lm-evaluation-harness scores, M_1's beside M_0's; `pretrained`: the
+    members brought (`priced`)."""
     levels = levels or DEFAULT_LEVELS
     m0_lr = combo["lr"] if m0_lr is None else m0_lr
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
     ref_dir = Path(paths["refined"].format(**combo))
     grown_dir = Path(paths["grown"].format(**combo))
     growth = Growth.read(grown_dir)
-    cost = growth_cost(growth)
+    cost = growth_cost(growth, pretrained)
     used, n_members = cost["members"], cost["n_members"]
     small_flops, small_wall = cost["small_flops"], cost["small_wall_s"]
     growth_flops, growth_wall = cost["growth_flops"], cost["growth_wall_s"]
@@ -303,7 +346,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         # how the members' training is counted: growlm trained them; members.cost stated it; unknown
         "members_cost": "unknown" if unknown else ("stated" if any(m.get("cost") == "stated" for m in used)
                                                    else "counted"),
-        **members_described(growth),
+        **members_described(growth, pretrained),
     }
     if row["members_origin"] == "trained elsewhere":  # their wall time is not known: no wall ratio counts it
         row["wall_ratio"] = math.nan
@@ -328,19 +371,22 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     # with the members' cost unknown the curve starts at the growth's cost (members free, as the row says)
     c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=growth_flops if unknown else offset, lr=combo["lr"],
                    **keys)
-    curves = [c0, c1]
+    curves, member_ledgers = [c0, c1], []
     for i, member in enumerate(used, start=1):
         if not (Path(member["dir"]) / "ledger.csv").is_file():  # a pretrained member: not trained here
             continue
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
+        member_ledgers.append(led)
         curves.append(led.assign(arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset_flops=0.0,
                                  **keys))
+    # how each arm's numbers were computed (growlm.modes: compile and CPU threads change the last digits)
+    row["m0_mode"], row["m1_mode"] = ledger_mode(m0), arm_modes(m1, growth, member_ledgers)
     return row, curves
 
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
                      unigram_test, vocab_size: int, lr_sweep_csv=None, levels: dict | None = None,
-                     task_files=None) -> pd.DataFrame:
+                     task_files=None, pretrained: dict | None = None) -> pd.DataFrame:
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
     tasks = read_task_records(task_files)
     m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
@@ -351,7 +397,7 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
         row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels,
-                             tasks=tasks)
+                             tasks=tasks, pretrained=pretrained)
         row["unigram_test_loss"] = uni
         row["test_level"] = (levels or DEFAULT_LEVELS)["evaluate"]
         rows.append(row)
@@ -365,12 +411,15 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
     return table
 
 
-def _final_flops(model_dir) -> float:
+def _final_flops(model_dir, pretrained: dict | None = None) -> float:
     """A model's training FLOPs: its ledger's last row; a member growlm did not train (members.pretrained)
-    has no ledger: its stated cost, or NaN (unknown)."""
+    has no ledger: its stated cost (`priced`), or NaN (unknown)."""
     ledger = Path(model_dir) / "ledger.csv"
     if not ledger.is_file() and (Path(model_dir) / "growlm.json").is_file():
-        flops = (read_json(Path(model_dir) / "growlm.json").get("train") or {}).get("flops")
+        meta = read_json(Path(model_dir) / "growlm.json")
+        flops = (meta.get("train") or {}).get("flops")
+        if meta.get("role") == "pretrained member":
+            flops = priced({"dir": str(model_dir), "pretrained": True}, pretrained)["flops"]
         return math.nan if flops is None else float(flops)
     return float(read_ledger(ledger)["flops"].iloc[-1])
 
@@ -399,19 +448,19 @@ def task_models(combos: list[dict], paths: dict) -> dict[str, dict]:
     return models
 
 
-def task_table(combos: list[dict], paths: dict, task_files) -> pd.DataFrame:
+def task_table(combos: list[dict], paths: dict, task_files, pretrained: dict | None = None) -> pd.DataFrame:
     """One row per model x task x metric of the lm-evaluation-harness records, with the model's arm,
-    sweep values and training FLOPs (`task_models`): `value`, `stderr`, `higher_is_better`,
-    `samples`, `named` (the task its entry named, or one of a folder's; false for a group's
-    subtasks) and `error` (a failed run: one row, naming the task entry and the error)."""
+    sweep values and training FLOPs (`task_models`; pretrained members priced by `priced`): `value`,
+    `stderr`, `higher_is_better`, `samples`, `named` (the task its entry named, or one of a folder's;
+    false for a group's subtasks) and `error` (a failed run: one row, naming the task entry and the error)."""
     tasks = read_task_records(task_files)
     models = task_models(combos, paths)
     rows = []
     for d, records in sorted(tasks.items()):
         info = models.get(d, {"arm": d, "kind": "", "method": "", "dir": d})
-        flops = _final_flops(d)
+        flops = _final_flops(d, pretrained)
         if info.get("grown"):
-            cost = growth_cost(Growth.read(info["grown"]))
+            cost = growth_cost(Growth.read(info["grown"]), pretrained)
             flops += (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # members unknown: free
         base = {k: v for k, v in info.items() if k != "grown"} | {"training_flops": flops}
         for record in records:

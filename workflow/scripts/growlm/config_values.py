@@ -8,6 +8,7 @@ Torch-free: the workflow runs both while Snakemake parses the Snakefile (`growlm
 from __future__ import annotations
 
 import difflib
+import re
 
 import jsonschema
 import yaml
@@ -32,6 +33,35 @@ def _parse_scalar(text: str):
         return text
 
 
+# a YAML tag where a node starts: at the start of a value, after [ { , or after a mapping key's ": "
+_TAG = re.compile(r"(?:^|[\[{,]|:\s)\s*(!\S*?)(?=[\s\[\]{},]|$)")
+
+
+def config_tag_problems(argv: list[str]) -> list[str]:
+    """A YAML tag in a `--config` value (`!!python/tuple [1]`, `!!str 5`), one line each. Snakemake reads
+    those values with YAML's base loader, which drops every tag and keeps what follows: the tag is not
+    what the run gets (a Python object's tag becomes a list or a string that the checks after it were never
+    meant to see). Snakemake strips the quotes around a whole value first, so quoting it does not help."""
+    entries, i = [], 1
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word.startswith("--config="):
+            entries.append(word.partition("=")[2])
+        elif word in ("--config", "-C"):
+            while i < len(argv) and not argv[i].startswith("-"):
+                entries.append(argv[i])
+                i += 1
+    out = []
+    for entry in entries:
+        key, _, value = entry.partition("=")
+        tag = _TAG.search(value.strip("'\""))  # as Snakemake reads it (without its outer quotes, then as YAML)
+        if tag:
+            out.append(f"--config {entry!r}: {tag.group(1)} is a YAML tag, which --config does not read (Snakemake "
+                       f"drops it and keeps what follows); give {key} its value itself, without a tag")
+    return out
+
+
 def _types(schema: dict) -> set[str]:
     t = schema.get("type", ())
     return {t} if isinstance(t, str) else set(t)
@@ -53,6 +83,8 @@ def coerce(value, schema: dict, defs: dict):
         parsed = _parse_scalar(value)
         if not isinstance(parsed, str):
             value = parsed
+    if types == {"string"} and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)  # a name that reads as a number (2024, nan) in YAML or on the command line: its text
     if isinstance(value, float) and "integer" in types and value.is_integer():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and "number" in types and "integer" not in types:
@@ -109,6 +141,8 @@ def _values(schema: dict, defs: dict) -> str:
     types = sorted(_types(schema))
     if types == ["array"] and "items" in schema:
         return f"a list of ({_values(schema['items'], defs)})"
+    if types == ["string"] and "pattern" in schema:  # the rule a name follows, not just its type
+        return f"a string matching the pattern {schema['pattern']}"
     bounds = [f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else None,
               f">= {schema['minimum']}" if "minimum" in schema else None,
               f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else None,

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from growlm.errors import GrowlmError
 from growlm.families import family_of
+from growlm.launch import interfaces
 from growlm.model import save_model
 
 
@@ -41,6 +42,25 @@ def init_process_group(device: str | None = None) -> tuple[int, int, str]:
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=30))
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def ranks_where(device: str) -> dict:
+    """Where every process of this job runs: {"world", "nodes" (in rank order, each once), "ranks": [{rank,
+    local_rank, node_rank, node, host, device, visible_devices, interfaces}]}, gathered from every rank (a
+    collective under torchrun; rank 0 writes it into growlm.json). `node` is the SLURM node name where
+    SLURM runs the process (SLURMD_NODENAME: several nodes may share a host), else the host name;
+    `node_rank` is the agent's place in a rendezvous across nodes (torchrun's GROUP_RANK)."""
+    env = os.environ
+    mine = {"rank": int(env.get("RANK", 0)), "local_rank": int(env.get("LOCAL_RANK", 0)),
+            "node_rank": int(env.get("GROUP_RANK", 0)), "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
+            "host": socket.gethostname(), "device": str(device),
+            "visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "interfaces": interfaces()}
+    ranks = [mine]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    nodes = list(dict.fromkeys(r["node"] for r in ranks))
+    return {"world": len(ranks), "nodes": nodes, "ranks": ranks}
 
 
 def _free_port() -> int:

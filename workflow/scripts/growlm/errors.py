@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from growlm import hints
+from growlm import gpus as machine_gpus, hints
 
 
 class GrowlmError(Exception):
@@ -119,18 +119,57 @@ def disk_full(err: BaseException) -> str | None:
     return None
 
 
+LIBRARY_ENV = "GROWLM_LIBRARY"  # the workflow's own copy of the library, set by the Snakefile for its jobs
+
+
+def export_library(scripts_dir: str | Path) -> None:
+    """Make `scripts_dir` (the workflow's folder that holds growlm) the first place every job of this run
+    imports growlm from: PYTHONPATH first, and named in GROWLM_LIBRARY for `library_problem`. Snakemake
+    runs a job's script with its folder put after site-packages, where another installed growlm would
+    win. Nothing when the folder holds no growlm (a workflow read from Snakemake's source cache)."""
+    scripts = str(Path(scripts_dir).resolve())
+    if not Path(scripts, "growlm").is_dir():
+        return
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != scripts]
+    os.environ["PYTHONPATH"] = os.pathsep.join([scripts, *rest])
+    os.environ[LIBRARY_ENV] = str(Path(scripts, "growlm"))
+
+
+def library_problem() -> str | None:
+    """Why this process runs another copy of growlm than the workflow it is a job of (the Snakefile names
+    its own in GROWLM_LIBRARY), or None: the job would compute with another library than the one whose
+    checks the run passed."""
+    expected, here = os.environ.get(LIBRARY_ENV), Path(__file__).resolve().parent
+    if not expected or Path(expected).resolve() == here:
+        return None
+    return (f"this job imported growlm from {here}, but its workflow's library is {expected}: another growlm comes "
+            f"first on this Python's path (an installed copy, or PYTHONPATH); run the workflow in an environment "
+            f"where its own copy comes first (pip uninstall growlm, or pip install -e the workflow's checkout)")
+
+
 @contextlib.contextmanager
-def job_log(log_file: str | Path, stage: str):
+def job_log(log_file: str | Path, stage: str, *, gpus: int = 0):
     """Send stdout and stderr to the job's log (its first line says which copy of the library runs);
     a GrowlmError becomes one line (in the log and on the terminal) and exit status 1, with no
-    traceback. The job stops when the Snakemake that started it dies (`stop_with_parent`)."""
+    traceback. A job that runs another copy of growlm than its workflow's stops at once, naming both
+    (`library_problem`). The job stops when the Snakemake that started it dies (`stop_with_parent`).
+    `gpus`: the GPUs the job's rule asks for (its `gpu` resource), claimed for it on this machine before
+    anything touches CUDA (`growlm.gpus.claim`: CUDA_VISIBLE_DEVICES names them) and held until it ends."""
     stop_with_parent()
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", buffering=1) as fh:
         print(f"growlm {stage}: library {Path(__file__).resolve().parent}", file=fh, flush=True)
         try:
+            problem = library_problem()
+            if problem:
+                raise GrowlmError(problem)
             with contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-                yield
+                claimed = machine_gpus.claim(int(gpus or 0), who=f"rule {stage}",
+                                             log=lambda line: print(f"growlm {stage}: {line}", flush=True))
+                try:
+                    yield
+                finally:
+                    claimed.release()
         except GrowlmError as err:
             msg = f"growlm {stage}: error: {err}"
             print(msg, file=fh, flush=True)

@@ -29,7 +29,7 @@ GROWTH_FILE = "growth.json"
 
 @dataclass
 class Growth:
-    """One grow job's record. `members`: the members it used, each {dir, flops, wall_s[, cost][, role:
+    """One grow job's record. `members`: the members it used, each {dir, flops, wall_s[, pretrained][, role:
     "trunk"]} (the members' shared trunk last, counted once); `growth_flops`/`growth_wall_s`: the
     growth's own cost (a schedule's: all its training; wall time without compilation); `stages`: a
     schedule's stages; `provided`: what the grow job wrote for the refiners' needs (file names relative

@@ -145,12 +145,21 @@ def with_targets(*targets: str | Path, force: bool = False) -> str:
     return _join(c["program"], [*_runnable(c), *(["--force"] if force else []), *map(str, targets)])
 
 
+# what a job declares in a model folder it writes (rules/train.smk); its other files (the tokenizer's copy,
+# growlm.json, the weights' .sha256, ...) are made by the same job but are not targets Snakemake knows
+MODEL_OUTPUTS = ("model.safetensors", "config.json", "ledger.csv", "plan.json")
+
+
 def rebuild_target(path: str | Path) -> str:
     """The declared output whose job makes `path`: the file itself, or for a file inside a grown
-    model's folder (only `growth.json` is declared there) that folder's growth.json."""
+    model's folder (only `growth.json` is declared there) that folder's growth.json, and for a file of
+    another model folder that its job did not declare (its tokenizer's copy, growlm.json) that folder's
+    model.safetensors: `--force` of an undeclared file would fail (no rule makes it)."""
     path = Path(path)
     if "grown" in path.parts[:-1] and path.name != "growth.json":
         return str(path.parent / "growth.json")
+    if "models" in path.parts[:-1] and path.name not in MODEL_OUTPUTS:
+        return str(path.parent / "model.safetensors")
     return str(path)
 
 

@@ -161,17 +161,49 @@ def content_digest(paths, folder: str | Path) -> str:
     return h.hexdigest()
 
 
+# the files whose writers always record their sha256 beside them (errors.record_sha256), by kind: a file of a
+# kind whose other files have their records, and that has none, has lost it (a folder made before a kind was
+# recorded has no record of that kind at all, and is taken as it is)
+RECORDED = {"token files": ("tokens", "**/*.npy"), "corpus levels": ("corpus", "level*/*"),
+            "prepared sources": ("corpus", "sources/*/*"), "model weights": ("models", "**/model.safetensors"),
+            "grown models": ("models", "**/growlm_grown.safetensors")}
+
+
+def _unrecorded(folder: Path) -> list[str]:
+    """The files of a RECORDED kind that have no `.sha256` beside them while others of their kind have:
+    their content cannot be checked, and a file changed with its record removed would pass for a new
+    input (Snakemake sees only its date)."""
+    out = []
+    for sub, pattern in RECORDED.values():
+        files = [f for f in sorted((folder / sub).glob(pattern)) if f.is_file() and f.suffix != ".sha256"]
+        kept = [Path(f"{f}.sha256").is_file() for f in files]
+        if any(kept):
+            out += [str(f) for f, k in zip(files, kept) if not k]
+    return out
+
+
+def finished_folder(path: Path) -> bool:
+    """Whether the model folder holding `path` was finished by its job: its declared weights
+    (model.safetensors; a grown model's growth.json) are there. A job that failed (a full disk) leaves
+    files it had not declared, such as a half-written tokenizer.json; Snakemake removes the declared
+    ones, and the job's rerun writes the folder anew, so those leftovers are not damage."""
+    folder = path.parent
+    return (folder / GROWTH_FILE).is_file() if "grown" in folder.parts else (folder / "model.safetensors").is_file()
+
+
 def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
     """[(file, what is wrong)] for the experiment's recorded files that are no longer what was written
-    (a sha256 that differs from the one recorded beside the file) and its tokenizer and growth records
-    that no longer parse. A recorded file that is gone is not damaged but missing (`missing`)."""
+    (a sha256 that differs from the one recorded beside the file, or a record that is gone: `_unrecorded`)
+    and its tokenizer and growth records that no longer parse (in a model folder, only once its job
+    finished it: `finished_folder`). A recorded file that is gone is not damaged but missing (`missing`)."""
     folder = Path(folder)
     cache_path = folder / CACHE
     try:
         cache = json.loads(cache_path.read_text())
     except (OSError, json.JSONDecodeError):
         cache = {}
-    problems = []
+    problems = [(path, "its sha256 record (.sha256 beside it) is gone, so its content cannot be checked")
+                for path in _unrecorded(folder)]
     for sub in ("corpus", "tokens", "tokenizer", "models"):
         base = folder / sub
         if not base.is_dir():
@@ -187,6 +219,8 @@ def damaged_files(folder: str | Path) -> list[tuple[str, str]]:
                 problems.append((str(path), f"unreadable: {err}"))
         for name in ("tokenizer.json", GROWTH_FILE):
             for path in sorted(base.rglob(name)):
+                if sub == "models" and not finished_folder(path):
+                    continue
                 try:
                     json.loads(path.read_text())
                 except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -90,7 +90,26 @@ def member_file(spec: dict, name: str) -> Path | None:
     if spec["kind"] == "path":
         path = Path(spec["where"]) / name
         return path if path.is_file() else None
-    return hub_file(spec["where"], name, revision=spec.get("revision"), what="Hub member")
+    return _hub_file(spec["where"], name, spec.get("revision"))  # asked of the Hub once per run
+
+
+@functools.lru_cache(maxsize=64)
+def _hub_file(where: str, name: str, revision: str | None) -> Path | None:
+    return hub_file(where, name, revision=revision, what="Hub member")
+
+
+def hub_identity(spec: dict) -> dict:
+    """What a Hub member is now: its id, its revision, and the commit that revision resolves to (the
+    snapshot its config.json comes from; the local cache's when the Hub cannot be used), so that a
+    revision that names another commit, or a branch that moved, is a new member."""
+    path = member_file(spec, "config.json")
+    return {"hf": spec["where"], "revision": spec.get("revision"), "commit": path.parent.name if path else None}
+
+
+# the files of a member that make its tokenizer (AutoTokenizer reads a tokenizer.json, or converts a slow
+# tokenizer's files; tokenizer_config.json says its class and special tokens)
+TOKENIZER_PARTS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model")
 
 
 def shape_of_config(cfg: dict, where: str, *, context: int | None = None) -> ModelShape:
@@ -328,6 +347,72 @@ def tokenizer_identity(spec: dict, name: str) -> str:
                       f"(tokenizer.save_pretrained)")
 
 
+# keys of a config.json that do not change what its model computes in growlm (in float32, without dropout:
+# growlm zeroes it): bookkeeping, token ids (the tokenizers are compared on their own), the initialisation,
+# generation defaults, the heads of other tasks; and keys that the shape comparison already names
+NOT_FUNCTION = {"architectures", "transformers_version", "dtype", "torch_dtype", "use_cache", "output_attentions",
+                "output_hidden_states", "return_dict", "torchscript", "initializer_range", "tokenizer_class",
+                "id2label", "label2id", "task_specific_params", "problem_type", "prefix", "finetuning_task",
+                "pruned_heads", "chunk_size_feed_forward", "tie_encoder_decoder", "is_encoder_decoder", "is_decoder",
+                "add_cross_attention", "cross_attention_hidden_size", "use_bfloat16", "tf_legacy_loss", "n_ctx",
+                "auto_map", "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature",
+                "top_k", "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "num_return_sequences",
+                "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "model_type"}
+NOT_FUNCTION_ENDINGS = ("dropout", "pdrop", "token_id")
+NOT_FUNCTION_STARTS = ("_", "summary_")  # private attributes; GPT-2's sequence-summary head (not the LM's)
+ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")  # rotary settings, in their three spellings
+ROPE_THETA = 10000.0  # transformers' rotary base when a config gives none
+
+
+def _rope(cfg: dict) -> dict | None:
+    """A config's rotary settings as one dict (transformers 5 writes `rope_parameters`, earlier versions
+    `rope_theta` and `rope_scaling`, whose kind is `type` or `rope_type`); None without rotary keys."""
+    if not any(k in cfg for k in ROPE_KEYS):
+        return None
+    out = dict(cfg.get("rope_parameters") or {})
+    if cfg.get("rope_theta") is not None:
+        out.setdefault("rope_theta", cfg["rope_theta"])
+    out.update(cfg.get("rope_scaling") or {})
+    kind = out.pop("type", None)
+    out.setdefault("rope_type", kind or "default")
+    out.setdefault("rope_theta", ROPE_THETA)
+    return out
+
+
+def function_settings(cfg: dict, *, shape_keys: bool = True) -> dict:
+    """The settings of a member's config.json (or a config's `to_dict()`) that change what its model
+    computes: every key but those of NOT_FUNCTION (and, with `shape_keys` False, but the keys of its
+    shape, which `problems` compares by name), a model type its family reads as its own translated
+    first (Qwen2, Mistral: `FamilySpec.translate`), the rotary settings as one `rope` entry, a key left
+    out taking the family's default (`FamilySpec.defaults`). A member growlm does not know is compared
+    by all its keys: a setting growlm has never heard of is compared too, never ignored."""
+    spec = spec_for_model_type(cfg.get("model_type"), read_as=True)
+    if spec is not None and cfg.get("model_type") in spec.read_as:
+        cfg = spec.translate(cfg, "a member", context=None)
+    out = {spec.keys[k]: v for k, v in spec.defaults.items() if k in spec.keys} if spec else {}
+    out.update({k: v for k, v in cfg.items() if v is not None})
+    rope = _rope(out)
+    out = {k: v for k, v in out.items() if k not in ROPE_KEYS and k not in NOT_FUNCTION
+           and not k.endswith(NOT_FUNCTION_ENDINGS) and not k.startswith(NOT_FUNCTION_STARTS)}
+    if rope is not None:
+        out["rope"] = rope
+    if not shape_keys and spec is not None:
+        for key in ("vocab_size", "n_embd", "n_layer", "n_head", "n_kv_head", "n_inner", "attention_bias"):
+            out.pop(spec.keys.get(key), None)
+    return out
+
+
+def setting_differences(first: dict, other: dict, *, shape_keys: bool = True) -> list[tuple[str, object, object]]:
+    """[(setting, first's value, other's value)] where two configs' `function_settings` differ ("absent"
+    for a setting one of them lacks)."""
+    a, b = (function_settings(c, shape_keys=shape_keys) for c in (first, other))
+    return [(k, a.get(k, "absent"), b.get(k, "absent")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _shown(key: str, value) -> str:
+    return f"{'rotary settings' if key == 'rope' else key} {json.dumps(value, sort_keys=True, default=str)}"
+
+
 def problems(items: list, *, n_values: list[int], context: int) -> tuple[list[str], list[dict]]:
     """(the problems with the members, one line each; what was read of each member)."""
     out, read = [], []
@@ -349,6 +434,14 @@ def problems(items: list, *, n_values: list[int], context: int) -> tuple[list[st
                            ("attention biases", *("on" if x["shape"].attention_bias else "off" for x in (first, m)))):
             if a != b:
                 out.append(f"{m['label']}: its {what} is {b}, member 1's {a}; members must be of one family and shape")
+        # every other setting that changes what a member computes (rotary settings, positions, activation,
+        # norm epsilon...): M_0 and the grown model are built from member 1's config, so another member's
+        # setting would be dropped without a word (another family's settings are not compared: named above)
+        same_family = m["shape"].family == first["shape"].family
+        for key, a, b in setting_differences(first["config"], m["config"], shape_keys=False) if same_family else ():
+            out.append(f"{m['label']}: its {_shown(key, b)} differs from member 1's ({_shown(key, a)}); growlm builds "
+                       f"M_0 and the grown model from member 1's config, so the members must agree on every setting "
+                       f"that changes what they compute")
         if m["tokenizer"] != first["tokenizer"]:
             files, first_files = m["tokenizer"].partition(":")[0], first["tokenizer"].partition(":")[0]
             if files != first_files:

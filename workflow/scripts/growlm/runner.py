@@ -38,8 +38,10 @@ import torch
 
 from growlm import checkpoint
 from growlm.console import log as job_log, warn
-from growlm.distributed import init_process_group, save_full_model, wrap_model
+from growlm.distributed import init_process_group, ranks_where, save_full_model, wrap_model
 from growlm.errors import GrowlmError, digest, package_env, read_json, stop_with_parent
+from growlm.gpus import held_fds
+from growlm.launch import node_command, rendezvous_endpoint, slurm_allocation, standalone_command
 from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
@@ -143,22 +145,6 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
         plan = smaller
         if plan_path is not None:
             write_plan(plan, plan_path)
-
-
-# ----------------------------------------------------------------------------------------------
-# several processes
-# ----------------------------------------------------------------------------------------------
-
-def launch_command(nproc: int, module_args: list, *, python: str | None = None) -> list[str]:
-    """`python -m torch.distributed.run --standalone --nproc_per_node=N -m growlm.torchrun ARGS`
-    (the `torchrun` console script, invoked through the interpreter so that the environment's is used)."""
-    if nproc < 1:
-        raise GrowlmError(f"nproc must be at least 1, got {nproc}")
-    return [python or sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "growlm.torchrun", *[str(a) for a in module_args]]
-
-
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,11 +274,16 @@ def _starter(job: TrainingJob, model: torch.nn.Module | None) -> tuple[Callable[
 def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_log) -> dict:
     """What every process of a training job does (see the module docstring): build or load the model,
     train it under the job's plan on its tokens, save it (rank 0 writes; FSDP2's shards gathered).
-    Returns train()'s summary. Under torchrun every process calls it; in one process, `run_job` does."""
+    Returns train()'s summary, with where each process ran (`growlm.distributed.ranks_where`) under
+    "where". Under torchrun every process calls it; in one process, `run_job` does."""
     launched = "LOCAL_RANK" in os.environ  # a process of a torchrun launch
     load_plugins(job.plugins)  # a plugin's refiners, in every process
     rank, world, device = init_process_group(job.cfg.device) if launched else (0, 1, job.cfg.device)
     say = log if rank == 0 else (lambda *_: None)
+    where = ranks_where(device)
+    if world > 1:
+        say(f"{world} processes on {len(where['nodes'])} node{'s' if len(where['nodes']) > 1 else ''}: "
+            + "; ".join(f"rank {r['rank']} on {r['node']} ({r['device']})" for r in where["ranks"]))
     limit_gpu_memory(device, job.gpu_share)
     plan = read_plan(job.plan_file)
     if plan.n_devices != world:
@@ -305,11 +296,12 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
                                     ledger_path=job.ledger_file, plan_path=job.plan_file, log=say, world=world,
                                     rank=rank)
     summary["world"] = world
+    summary["where"] = where
     trained = made[0]
     if hasattr(trained, "to_plain"):  # a grown model with growth masks: a plain model by now
         trained = trained.to_plain()
     save_full_model(trained, job.out_dir, tokenizer_dir=job.tokenizer_dir,
-                    extra={**job.info, "processes": world, "train": summary})
+                    extra={**job.info, "processes": world, "where": where, "train": summary})
     if rank == 0:
         shutil.copy(job.ledger_file, Path(job.out_dir) / "ledger.csv")
         if job.summary_file:
@@ -318,38 +310,72 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     return summary
 
 
-def run_job(job: TrainingJob, *, nproc: int = 1, model: torch.nn.Module | None = None, log=job_log) -> dict:
-    """Run a training job with `nproc` processes (torchrun with several; see the module docstring):
+def _stream(stream):
+    """Where a child process writes what this process prints: the job's log while `growlm.errors.job_log`
+    redirects this process's output there (a child inherits file descriptors, not Python's redirection),
+    else the inherited one."""
+    try:
+        stream.flush()
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return stream
+
+
+def _launch(job: TrainingJob, cmd: list[str], what: str, log) -> dict:
+    """Run the job's processes (`cmd`: torchrun, or srun of a node agent per node) and read the summary
+    rank 0 wrote. Their output goes to the job's log, as a one-process job's does; the job's claim on
+    this machine's GPUs goes with them (`growlm.gpus.held_fds`), and they stop when this job's process
+    dies (a SLURM job's srun passes that on to every node)."""
+    ckpt = Path(job.ckpt_dir)
+    job.summary_file = str(ckpt / "summary.json")
+    (ckpt / "job.json").write_text(job.to_json())
+    log(f"launching {what}: {' '.join(cmd)}")
+    proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent, pass_fds=held_fds(),
+                          stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
+    if proc.returncode != 0:
+        raise GrowlmError(f"{what} failed (exit {proc.returncode}); the job resumes from {ckpt} when rerun")
+    return json.loads(Path(job.summary_file).read_text())
+
+
+def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: int = 0, gpus_per_node: int = 0,
+            model: torch.nn.Module | None = None, log=job_log) -> dict:
+    """Run a training job with `nproc` processes on each of `nodes` nodes (see the module docstring):
     plan, train, save, then copy the plan beside the model and remove the finished run's checkpoints.
-    `model`: the starting model, if the caller has it in memory: trained in place in one process; with
-    several, only its shape is read (every process builds or loads `job.start`). Returns train()'s
-    summary."""
+    One process: in this one; several on this machine: torchrun; several nodes: one torchrun agent per
+    node of this SLURM job, started with srun (`growlm.launch`; `cpus_per_task` and `gpus_per_node` are
+    what each node's task asks of it). `model`: the starting model, if the caller has it in memory:
+    trained in place in one process; with several, only its shape is read (every process builds or loads
+    `job.start`). Returns train()'s summary."""
     ckpt = Path(job.ckpt_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
     job.cfg.inputs = identify_inputs(job)
     shape = job.shape(model)
+    world = nproc * nodes
+    alloc = slurm_allocation() if nodes > 1 else None  # before any work: outside SLURM, one line saying so
+    if alloc is not None and len(alloc.nodes) != nodes:
+        raise GrowlmError(f"resources.nodes = {nodes}, but SLURM job {alloc.job_id} has {len(alloc.nodes)} node(s) "
+                          f"({', '.join(alloc.nodes)})")
     limit_gpu_memory(job.cfg.device, job.gpu_share)
-    _, plan_path = job_plan(shape, job.cfg, ckpt, n_devices=nproc, memory_limit_gb=job.memory_limit_gb,
+    _, plan_path = job_plan(shape, job.cfg, ckpt, n_devices=world, memory_limit_gb=job.memory_limit_gb,
                             gpu_share=job.gpu_share, log=log)
     job.plan_file = str(plan_path)
-    where = f"{nproc} processes" if nproc > 1 else job.cfg.device
+    where = (f"{nodes} nodes x {nproc} process{'es' if nproc > 1 else ''}" if nodes > 1
+             else f"{nproc} processes" if nproc > 1 else job.cfg.device)
     log(f"training {job.info.get('role')} ({shape.n_params} parameters) for {job.cfg.steps} steps of "
         f"{job.cfg.batch_size}x{job.cfg.context} tokens on {where}, {job.cfg.schedule_text()} schedule"
         f"{'' if job.cfg.decay_start is None else f' decaying from step {job.cfg.decay_start}'}; checkpoints in {ckpt}")
-    if nproc == 1:
-        summary = execute(job, model=model, log=log)
+    if world > 1 and not job.start:
+        raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
+    if alloc is not None:
+        cmd = node_command(alloc, nproc_per_node=nproc, cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
+                           job_file=ckpt / "job.json", endpoint=rendezvous_endpoint(alloc))
+        summary = _launch(job, cmd, f"{world} processes on SLURM nodes {', '.join(alloc.nodes)}", log)
+    elif nproc > 1:
+        summary = _launch(job, standalone_command(nproc, [ckpt / "job.json"]), f"torchrun with {nproc} processes",
+                          log)
     else:
-        if not job.start:
-            raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
-        job.summary_file = str(ckpt / "summary.json")
-        (ckpt / "job.json").write_text(job.to_json())
-        cmd = launch_command(nproc, [ckpt / "job.json"])
-        log(f"launching {nproc} processes: {' '.join(cmd)}")
-        proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent)  # stops with this job
-        if proc.returncode != 0:
-            raise GrowlmError(f"torchrun with {nproc} processes failed (exit {proc.returncode}); the job resumes "
-                              f"from {ckpt} when rerun")
-        summary = json.loads(Path(job.summary_file).read_text())
+        summary = execute(job, model=model, log=log)
     shutil.copy(plan_path, Path(job.out_dir) / "plan.json")
     if job.keep_before_decay and job.cfg.decay_start is not None:
         save_before_decay(job, log)

@@ -3,7 +3,8 @@
     python -m torch.distributed.run --standalone --nproc_per_node=N -m growlm.torchrun JOB.json
 
 (`growlm.runner.run_job` writes JOB.json - a `growlm.runner.TrainingJob` - and launches that command,
-`growlm.runner.launch_command`.) Every process runs `growlm.runner.execute(job)`, the function a
+`growlm.launch.standalone_command`; across nodes, `growlm.node_agent` on each node starts the
+processes.) Every process runs `growlm.runner.execute(job)`, the function a
 one-process job runs: it initialises the process group (NCCL on CUDA, gloo on the CPU), builds the
 same model or loads the same grown one, wraps it as the plan says (`growlm.distributed.wrap_model`)
 and trains it with `growlm.train.train`, which gives each process its rows of the same global batch.

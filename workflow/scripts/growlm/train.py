@@ -5,9 +5,11 @@ peak held, then a decay at the end; `TrainConfig.lr_at`), gradient clipping, a t
 evaluation every `eval_interval` steps, a resumable checkpoint every `checkpoint_every` steps, and a
 ledger row per evaluation (plus one per step for the first `dense_log_steps` steps, so loss spikes
 right after growth show). Batches depend only on (seed, step), so on CPU a resumed run is bitwise
-identical to an uninterrupted one. Under wsd the run is also evaluated where its decay begins and
-keeps a checkpoint there (`checkpoint.DECAY_START`, beside the others), from which a member is grown
-before its decay (`growlm.runner.save_before_decay`).
+identical to an uninterrupted one in the same mode (`growlm.modes`: torch.compile and the CPU threads
+change the last digits; every ledger row names its mode, and a resume in another mode says so). Under
+wsd the run is also evaluated where its decay begins and keeps a checkpoint there
+(`checkpoint.DECAY_START`, beside the others), from which a member is grown before its decay
+(`growlm.runner.save_before_decay`).
 
 Grown models with growth masks (MSG, concat) expose `growth_step(step)`; the loop calls it before
 every step. SIGTERM, SIGUSR1 (SLURM's pre-emption warning) and SIGINT (Ctrl-C) make the loop write a
@@ -32,7 +34,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from growlm import checkpoint, hints
+from growlm import checkpoint, hints, modes
+from growlm.console import log as console_log, warn
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
@@ -43,12 +46,14 @@ from growlm.model import enable_recompute
 from growlm.optim_state import save_moments
 from growlm.profiling.ranges import phase, session_from_env
 from growlm.refiners import build as refiners_from
+from growlm.sync import PendingLosses
 from growlm.train_config import TrainConfig
 
 # wall_s: seconds since the run began (evaluations and compilation included); compile_s: the part of them
-# torch.compile spent compiling (0 without compile), which the comparison leaves out of its wall ratios
+# torch.compile spent compiling (0 without compile), which the comparison leaves out of its wall ratios;
+# mode: how the steps up to the row were computed (growlm.modes: compile and CPU threads change the last digits)
 LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "compile_s", "lr", "train_loss", "val_loss",
-                  "peak_mem_mb", "kind"]
+                  "peak_mem_mb", "kind", "mode"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
 PROGRESS_EVERY_S = 10.0  # at most this long between two progress lines in the log
 
@@ -166,47 +171,6 @@ class _Progress:
         self.last_t, self.last_step = now, done
 
 
-class _PendingLosses:
-    """The training losses of the steps since the last sync point, still on the device.
-
-    Reading a loss on the host (`.item()`) waits until the device has finished every step queued so
-    far; done at every step, it empties a GPU's launch queue once a step and the next step's kernels
-    start only after the host has caught up (the launch-bound steps of small models). The loop keeps
-    each step's micro-batch losses as device tensors and reads them all with one transfer at a sync
-    point. The values, their order and the arithmetic on them (the step's sum of micro-batch losses,
-    the ranks' mean, the running average) are those of a read at every step, so the ledger and the
-    checkpoints do not depend on the interval; only how many steps later a NaN loss stops the run
-    (it names the step it appeared at, and no checkpoint is written between) and how late a stop
-    request reaches the other ranks.
-    """
-
-    def __init__(self):
-        self.steps: list[tuple[int, list[torch.Tensor]]] = []
-
-    def add(self, step: int, losses: list[torch.Tensor]) -> None:
-        self.steps.append((step, losses))
-
-    def read(self, stop_requested: bool, world: int, device: str) -> tuple[list[tuple[int, float]], bool]:
-        """[(step, loss)] of the pending steps and whether any rank asked to stop; clears them."""
-        flat = torch.stack([loss.float() for _, losses in self.steps for loss in losses]).tolist()
-        sums, k = [], 0
-        for _, losses in self.steps:  # a plain running sum, as one read per micro-batch adds them (not sum():
-            total = 0.0               # it compensates rounding from Python 3.12 on, which would change the bits)
-            for v in flat[k:k + len(losses)]:
-                total += v
-            sums.append(total)
-            k += len(losses)
-        stopping = stop_requested
-        if world > 1:  # the ranks' mean loss, and one decision on a stop request for all of them
-            t = torch.tensor([*sums, float(stop_requested)], device=device)
-            dist.all_reduce(t)
-            reduced = t.tolist()
-            sums, stopping = [v / world for v in reduced[:-1]], reduced[-1] > 0
-        values = [(step, v) for (step, _), v in zip(self.steps, sums)]
-        self.steps = []
-        return values, stopping
-
-
 def _write_ledger(path: Path, rows: list[dict]) -> None:
     if _world()[0] != 0:  # under torchrun only rank 0 writes files
         return
@@ -277,6 +241,11 @@ class Run:
         self.start_step, self.wall_before = state["step"], state["wall_s"]
         self.running = state.get("running")  # the training loss's running average: a resume continues it
         self.compile_before = state.get("compile_s", 0.0)
+        self.mode = modes.run_mode(self.device, cfg.compile_mode, threads=torch.get_num_threads(), world=self.world,
+                                   ramps=cfg.compile_ramps if hasattr(self.core, "ramp_done") else None)
+        changed = modes.resume_line(state.get("mode"), self.mode, self.start_step)  # None: the same, or fresh
+        if changed and not self.rank:  # in the terminal too, as a job's surprising settings are
+            (warn if log is console_log else log)(changed)
         for r in self.refiners:
             r.setup(self)
             if resumed:
@@ -376,7 +345,7 @@ class Run:
             for r in self.refiners:
                 r.after_step(step)
 
-    def read_losses(self, pending: _PendingLosses, stop_requested: bool) -> bool:
+    def read_losses(self, pending: PendingLosses, stop_requested: bool) -> bool:
         """Read the pending losses (in step order, as if each had been read at its step) into the running
         average; a non-finite one stops the run naming its step. Returns whether to stop (any rank)."""
         values, stopping = pending.read(stop_requested, self.world, self.device)
@@ -395,7 +364,7 @@ class Run:
         row = {"step": step, "tokens": step * self.tokens_per_step, "flops": self.flops(step),
                "wall_s": round(self.wall(), 3), "compile_s": round(self.compile_time(), 3), "lr": lr_at(max(step - 1, 0), self.cfg),
                "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
-               "peak_mem_mb": round(peak_memory_mb(self.device), 1), "kind": kind}
+               "peak_mem_mb": round(peak_memory_mb(self.device), 1), "kind": kind, "mode": self.mode}
         if kind == "eval":
             with phase("eval"):
                 metrics = evaluate(self.model, self.val_tokens, context=self.cfg.context, batch_size=self.micro,
@@ -410,6 +379,7 @@ class Run:
         _write_ledger(self.ledger_path, self.rows)
         checkpoint.save_checkpoint(self.ckpt_dir, done, self.model, self.optimizer, name=name, state=
                                    {"step": done, "wall_s": self.wall(), "compile_s": self.compile_time(), "rows": self.rows, "running": self.running,
+                                    "mode": self.mode,
                                     "fingerprint": self.run_id, "identity": self.identity,
                                     **({"refiners": {r.name: r.state() for r in self.refiners}}
                                        if any(r.state() for r in self.refiners) else {})})
@@ -437,6 +407,7 @@ class Run:
                 "refiner_flops": {r.name: r.flops(cfg.steps, self.tokens_per_step) for r in self.refiners},
                 "wall_s": self.wall(), "compile_s": self.compile_time(), "final_val_loss": self.rows[-1]["val_loss"],
                 "flops_per_token": self.flops_per_token, "model_flops_per_s": achieved,
+                "mode": modes.job_mode(r.get("mode") for r in self.rows),  # every mode its rows were computed in
                 "gpu_settings": self.gpu_settings, "config": cfg.to_dict()}
 
 
@@ -452,7 +423,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
         run.begin_step(0)
         run.record(0, None, "eval")
         run.progress.line(0, None, run.rows, lr_at(0, cfg))
-    pending = _PendingLosses()
+    pending = PendingLosses()
     # a no-op unless a profiling job set GROWLM_PROFILER (growlm.profiling.driver.profile_run)
     profiler_ctx, profiler_step = session_from_env(warmup=min(3, cfg.steps // 2), steps=5)
     with _StopRequest() as stop, profiler_ctx:

@@ -27,6 +27,7 @@ The plugin operators of `grow.plugins` are checked later, before the first job (
 from __future__ import annotations
 
 import difflib
+import hashlib
 import itertools
 import json
 import subprocess
@@ -322,11 +323,22 @@ def family_problems(config: dict) -> list[str]:
     name, so that a family is added by its description and class alone)."""
     model = config.get("model")
     family = model.get("family") if isinstance(model, dict) else None
-    if family is None or family in FAMILY_SPECS:
+    if not isinstance(family, str) or family in FAMILY_SPECS:  # not a name at all: the schema says so
         return []
     near = difflib.get_close_matches(str(family), list(FAMILY_SPECS), n=1)
     return [f"model.family = {family!r}: not a model family growlm has; one of {', '.join(FAMILY_SPECS)}"
             + (f" (did you mean {near[0]!r}?)" if near else "")]
+
+
+def nodes_problem(config: dict, executor: str | None) -> str | None:
+    """resources.nodes > 1 needs SLURM (one allocation over the nodes, srun to start an agent on each):
+    why a run with another executor cannot take it, or None. `executor`: Snakemake's (None: not known)."""
+    nodes = config["resources"]["nodes"]
+    if nodes == 1 or executor in (None, "slurm"):
+        return None
+    return (f"resources.nodes = {nodes}: a training job across several nodes runs through SLURM (--profile "
+            f"profiles/slurm: one allocation of {nodes} nodes, a torchrun agent started on each), and this run uses "
+            f"Snakemake's {executor} executor; on one machine set resources.nodes: 1 (resources.gpu GPUs per job)")
 
 
 def _raise(problems: list[str]) -> None:
@@ -438,17 +450,41 @@ def plugin_checks(config: dict, sweep: dict) -> list[dict]:
     return checks
 
 
+def _check_key(spec: dict) -> str:
+    """What a plugin check's verdict depends on: the checks (every method, size and option), the plugin
+    files' content and growlm's own code (the operators grow through it)."""
+    h = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+    library = Path(__file__).resolve().parent
+    for f in [*map(Path, spec["plugins"]), *sorted(library.rglob("*.py"))]:
+        h.update(f"{f.name}\0".encode())
+        h.update(f.read_bytes() if f.is_file() else b"missing")
+    return h.hexdigest()
+
+
 def check_plugin_operators(config: dict, sweep: dict, spec_file: str | Path) -> str:
     """Import the plugins of `grow.plugins` for real and grow tiny random members with each operator the
     sweep uses (`plugin_checks`, written to `spec_file`), in a child Python that imports this very
     growlm (`python -m growlm.jobs.plugins`): the child's summary line, or a GrowlmError with its
-    one-line message naming the file and the problem."""
+    one-line message naming the file and the problem. The check says that it runs before it does (a
+    plugin may take a while to import or grow), and a check that passed is not run again while the
+    plugin files, the checks and growlm's code are the same (`_check_key`, kept beside `spec_file`)."""
     spec = Path(spec_file)
     spec.parent.mkdir(parents=True, exist_ok=True)
-    spec.write_text(json.dumps({"plugins": config["grow"]["plugins"], "checks": plugin_checks(config, sweep)},
-                               indent=2))
+    checks = {"plugins": config["grow"]["plugins"], "checks": plugin_checks(config, sweep)}
+    spec.write_text(json.dumps(checks, indent=2))
+    passed, key = spec.with_name("passed.json"), _check_key(checks)
+    try:
+        before = json.loads(passed.read_text())
+    except (OSError, json.JSONDecodeError):
+        before = {}
+    if before.get("key") == key:
+        return f"{before['summary']} (checked before, on the same files)"
+    print(f"growlm: checking the plugin operators of {', '.join(checks['plugins'])} on small random members, "
+          f"before any job (once for each content of the files)", file=sys.stderr, flush=True)
     proc = subprocess.run([sys.executable, "-m", "growlm.jobs.plugins", str(spec)], env=package_env(),
                           capture_output=True, text=True)
     if proc.returncode:
         raise GrowlmError((proc.stderr.strip().splitlines() or ["the plugin check failed"])[-1])
-    return proc.stdout.strip()
+    summary = proc.stdout.strip()
+    passed.write_text(json.dumps({"key": key, "summary": summary}, indent=1))
+    return summary

@@ -30,11 +30,11 @@ from transformers import PreTrainedModel
 
 from growlm.errors import GrowlmError, check_recorded_sha256, damaged, read_json, record_sha256
 from growlm.families import FAMILY, family_of
-from growlm.growth.algebra import norm_eps
 from growlm.growth.masked import GrownModel
 from growlm.growth.registry import IMPLEMENTATIONS
 from growlm.methods import OPERATORS, check_options, plan_chain
 from growlm.model import load_model, save_model
+from growlm.pretrained import setting_differences
 from growlm.shape import ModelShape
 
 GROWN_JSON = "growlm_grown.json"
@@ -67,12 +67,25 @@ def member_shape(members) -> ModelShape:
             if getattr(s, k) != getattr(ref, k):
                 raise GrowlmError(f"members differ in {what}: member 1 has {getattr(ref, k)}, "
                                   f"member {i} has {getattr(s, k)}")
-        fam = family_of(c0)
-        for what, a, b in ((fam.spec.keys["activation"], fam.activation(c0), fam.activation(m.config)),
-                           ("norm epsilon", norm_eps(c0), norm_eps(m.config))):
-            if a != b:
-                raise GrowlmError(f"members differ in {what}: {a} vs {b}")
+        # every other setting that changes what a member computes (activation, norm epsilon, rotary
+        # settings...): the grown model is built from member 1's config, so it must be every member's
+        for what, a, b in setting_differences(c0.to_dict(), m.config.to_dict()):
+            raise GrowlmError(f"members differ in {'their rotary settings' if what == 'rope' else what}: member 1 "
+                              f"has {a}, member {i} has {b}")
     return ref
+
+
+def check_step(model, name: str, chain: list[str], *, width: int, depth: int) -> None:
+    """What operator `name` returned is a model of the width and depth its step of `chain` asked for: an
+    operator (a plugin's) that returns another is named here, not the operator after it, which would
+    stop on a shape it was never meant to see."""
+    config = getattr(model, "config", None)
+    if config is None or not callable(model):
+        raise GrowlmError(f"{name} returned a {type(model).__name__}, not a model of the members' family")
+    shape = ModelShape.of(config)
+    if (shape.d, shape.L) != (width, depth):
+        step = f" (what its step of {'+'.join(chain)} asks for)" if len(chain) > 1 else ""
+        raise GrowlmError(f"{name} returned a model of width {shape.d} and depth {shape.L}, not {width} and {depth}{step}")
 
 
 def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = None, seed: int = 0, **options):
@@ -99,6 +112,8 @@ def grow(members, method, *, n_embd: int, n_layer: int, n_head: int | None = Non
                 cur = [fn([m], n_embd=tw, n_layer=tl, n_head=hd, seed=seed + j, **opts) for j, m in enumerate(cur)]
             else:
                 cur = [fn(cur[:1], n_embd=tw, n_layer=tl, n_head=hd, seed=seed, **opts)]
+            for m in cur:
+                check_step(m, "+".join(fused), names, width=tw, depth=tl)
     model = cur[0]
     flops = sum(int(getattr(m, "growlm_growth_flops", 0)) for m in cur)
     model.growlm_growth_flops = flops

@@ -64,9 +64,11 @@ def evaluate_tasks(*, model_dir, spec: dict, limit: int | None, out_file) -> dic
 
 
 def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, unigram_test, comparison_csv,
-            curves_csv, lr_sweep_csv, levels: dict | None = None, task_files: list | None = None) -> None:
+            curves_csv, lr_sweep_csv, levels: dict | None = None, task_files: list | None = None,
+            pretrained: dict | None = None) -> None:
     """The comparison table, every model's curve, and the learning-rate sweep (growlm.compare);
-    `task_files`: the models' scores on lm-evaluation-harness tasks, as columns beside the rest."""
+    `task_files`: the models' scores on lm-evaluation-harness tasks, as columns beside the rest;
+    `pretrained`: the members brought and their stated cost (growlm.compare.priced)."""
     write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
                      unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,
-                     levels=levels, task_files=task_files)
+                     levels=levels, task_files=task_files, pretrained=pretrained)

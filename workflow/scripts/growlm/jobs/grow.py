@@ -141,7 +141,8 @@ def grow(*, member_dirs: list[str], method: str, n_embd: int, n_layer: int, seed
         # wall_s: the member's training time, torch.compile's compilation left out (as in the ledgers' ratios)
         member_cost.append({"dir": str(d), "flops": meta["train"]["flops"],
                             "wall_s": meta["train"]["wall_s"] - meta["train"].get("compile_s", 0.0),
-                            **({"cost": meta["cost"]} if "cost" in meta else {})})
+                            # a pretrained member's cost is priced by the comparison (members.cost)
+                            **({"pretrained": True} if meta.get("role") == "pretrained member" else {})})
         if meta.get("init_from"):
             trunks[meta["init_from"]] = read_json(Path(meta["init_from"]) / "growlm.json")["train"]
     for d, t in trunks.items():  # the members' shared trunk (members.trunk) is paid for once

@@ -27,8 +27,7 @@ from growlm.hub import hub_file, unreachable
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.family_specs import spec_for_model_type
-from growlm.pretrained import (TOKENIZER_FILES, member_cost_flops, spec_of,
-                               tokenizer_identity)
+from growlm.pretrained import TOKENIZER_FILES, spec_of, tokenizer_identity
 from growlm.pretrained import label as member_label
 from growlm.refiners import REFINERS
 from growlm.runner import TrainingJob, run_job
@@ -48,26 +47,35 @@ def processes_for(gpus: int) -> int:
     return gpus if gpus > 1 and have >= gpus else 1
 
 
+def launch(gpus: int, nodes: int, cpus_per_task: int) -> dict:
+    """`run_job`'s keyword arguments for a job that asks for `gpus` GPUs on each of `nodes` nodes."""
+    return {"nproc": processes_for(gpus), "nodes": int(nodes), "cpus_per_task": int(cpus_per_task),
+            "gpus_per_node": int(gpus)}
+
+
 def live_curves(settings: dict | None, *, grown_dir=None):
     """The training job's live curves (`train.log_to`, `growlm.live`), as its rule's `live` params give
     them; a refinement's start at the cost of its grown model's members and growth (`growth.json` in
     `grown_dir`), where the report's curves of M_1 start."""
     offset = 0.0
     if settings and settings.get("to") and grown_dir is not None:
-        cost = growth_cost(Growth.read(grown_dir))
+        cost = growth_cost(Growth.read(grown_dir), settings.get("pretrained"))  # members.cost, if any
         offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
     return live.session(settings, offset_flops=offset)
 
 
 def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir,
                 out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
-                gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False, sync_every: int = 0,
-                keep_moments: bool = False, init_from: str | None = None) -> dict:
+                nodes: int = 1, cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False,
+                compile_ramps: bool = False, sync_every: int = 0, keep_moments: bool = False,
+                init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over, and under wsd its model where the decay began, with the moments then,
-    for growth before the decay: `growlm.runner.save_before_decay`) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
-    `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (torchrun with
-    several, when they are visible; a GPU asked for but absent means the CPU), `gpu_share` (of each
+    for growth before the decay: `growlm.runner.save_before_decay`) or the baseline M_0. `train`:
+    `growlm.experiment.train_settings`; `model`: `growlm.experiment.model_settings`. How it runs (the rule's
+    `how`): `gpus` (per node; torchrun with several, when they are visible; a GPU asked for but absent means
+    the CPU), `nodes` (one torchrun agent on each node of the job's SLURM allocation, each task with
+    `cpus_per_task`), `gpu_share` (of each
     GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
     `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
     two reads of the losses on the host; 0: automatic)."""
@@ -83,23 +91,23 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
         job.info["init_from"] = str(init_from)
         return run_job(job, model=branch_of(init_from, spec))
-    return run_job(job, nproc=processes_for(gpus))
+    return run_job(job, **launch(gpus, nodes, cpus_per_task))
 
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
 
 
-def import_member(member, *, out_dir, cost: dict | None = None, context: int = 128,
-                  number: int | None = None) -> dict:
+def import_member(member, *, out_dir, context: int = 128, number: int | None = None) -> dict:
     """A pretrained member (members.pretrained: a save_pretrained folder or a Hub id, growlm.pretrained)
     as a growlm model folder: loaded with `AutoModelForCausalLM.from_pretrained` (the same call for both,
     with its revision), its dropout set to zero (growlm trains every model without dropout), in
     float32 (a member stored in another dtype is converted, and the log says so), a model type that a
     family reads as its own (Qwen2, Mistral: the llama description's `read_as`) rebuilt as that family's
-    model with the same weights and logits (`growlm.families.Family.adopt`), saved with its tokenizer and a growlm.json that says where it came
-    from (the Hub commit its revision resolved to) and what its training cost: the stated
-    `members.cost`, or unknown. `number`: the member's place in members.pretrained (from 1), which every
-    message names; by default the number of its folder (models/pretrained/m2: 2)."""
+    model with the same weights and logits (`growlm.families.Family.adopt`), saved with its tokenizer and a
+    growlm.json that says where it came from (the Hub commit its revision resolved to). What its training
+    cost is not the import's to say: the comparison prices it from `members.cost` (`growlm.compare.priced`),
+    so that a stated cost reruns the comparison alone. `number`: the member's place in members.pretrained
+    (from 1), which every message names; by default the number of its folder (models/pretrained/m2: 2)."""
     spec = spec_of(member)
     where, revision = spec["where"], spec["revision"]
     out_dir = Path(out_dir)
@@ -141,10 +149,8 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
         model = FAMILY[reader.name].adopt(model, name, context=context)
     family_of(model)  # a family growlm grows, or a one-line error
     shape = ModelShape.of(model)
-    flops = member_cost_flops(cost, shape, context)
-    info = {"role": "pretrained member", "source": spec, "commit": commit,
-            "cost": "stated" if flops is not None else "unknown", "source_dtype": stored,
-            "train": {"flops": flops, "wall_s": 0.0, "tokens": (cost or {}).get("tokens")}}
+    info = {"role": "pretrained member", "source": spec, "commit": commit, "source_dtype": stored,
+            "train": {"flops": None, "wall_s": 0.0, "tokens": None}}  # not trained here: priced by the comparison
     if source_family != shape.family:
         info["converted_from"] = source_family
     save_model(model, out_dir, extra=info)
@@ -152,8 +158,7 @@ def import_member(member, *, out_dir, cost: dict | None = None, context: int = 1
     if not (out_dir / "tokenizer.json").is_file():
         raise GrowlmError(f"{name}: its tokenizer has no fast (tokenizer.json) form")
     read_as = f" read as {shape.family}," if source_family != shape.family else ""
-    log(f"imported {where} ({source_family},{read_as} width {shape.d}, depth {shape.L}, vocabulary {shape.V}); "
-        f"training cost {'%.3g FLOPs (stated)' % flops if flops is not None else 'unknown (not counted)'}")
+    log(f"imported {where} ({source_family},{read_as} width {shape.d}, depth {shape.L}, vocabulary {shape.V})")
     return info
 
 
@@ -178,15 +183,15 @@ def refiner_settings(refine_with: dict | None, growth: Growth, grown_dir, steps:
 
 
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
-           memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0,
-           gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
+           memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0, nodes: int = 1,
+           cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
            sync_every: int = 0) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up; the
     method's refinement operators, `refine_with`, on top: growlm.refiners). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
-    this refinement. `gpus`, `gpu_share`, `compile`, `compile_ramps`, `sync_every`: how it runs, as for
-    `train_model`; with several GPUs the grown model is loaded by every process of a torchrun launch,
-    ramps set the same way."""
+    this refinement. `gpus`, `nodes`, `cpus_per_task`, `gpu_share`, `compile`, `compile_ramps`,
+    `sync_every`: how it runs, as for `train_model`; with several processes the grown model is loaded by
+    every process of the launch, on every node, ramps set the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = Growth.read(grown_dir)
     plugins = growth.plugins  # the plugin files of the method's operators (grow.plugins)
@@ -206,4 +211,4 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
                       info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, plugins=plugins)
-    return run_job(job, nproc=processes_for(gpus), model=model)
+    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)

@@ -5,6 +5,8 @@ sentences). The entry scripts import what they draw from here.
 """
 
 from growlm.report.figures import (
+    answer_figure,
+    answer_plot,
     budget_plot,
     cost_ratio_plot,
     loss_vs_flops_figure,
@@ -12,7 +14,8 @@ from growlm.report.figures import (
     scaling_plot,
     tasks_plot,
 )
-from growlm.report.summary import budget_sentences, summary_sentences, task_sentences, write_summary
+from growlm.report.summary import (budget_sentences, mode_sentences, summary_sentences, task_sentences,
+                                   write_summary)
 from growlm.report.tables import (
     COMPARISON_COLUMNS,
     comparison_html,
@@ -27,6 +30,8 @@ from growlm.report.tables import (
 
 __all__ = [
     "COMPARISON_COLUMNS",
+    "answer_figure",
+    "answer_plot",
     "budget_plot",
     "budget_sentences",
     "comparison_html",
@@ -34,6 +39,7 @@ __all__ = [
     "cost_ratio_plot",
     "loss_vs_flops_figure",
     "loss_vs_flops_plot",
+    "mode_sentences",
     "plans_html",
     "profile_html",
     "scaling_plot",

@@ -62,6 +62,98 @@ def loss_vs_flops_figure(curves_csv, comparison_csv):
     return fig
 
 
+# the report's first page is 32 rem wide (Snakemake's `max-w-lg`, 512 CSS pixels): its figure is drawn at
+# that width (5.3 inches at 96 pixels an inch), so that its 9-point text shows at 12 pixels, not shrunk
+FIRST_PAGE_INCHES = 5.3
+
+
+def _flops_unit(largest: float) -> tuple[float, str]:
+    """The unit that writes `largest` FLOPs with at most four digits before the point."""
+    for scale, name in ((1e18, "EFLOPs"), (1e15, "PFLOPs"), (1e12, "TFLOPs"), (1e9, "GFLOPs")):
+        if largest >= scale:
+            return scale, name
+    return 1.0, "FLOPs"
+
+
+def answer_plot(curves_csv, comparison_csv, out_svg) -> None:
+    """The first page's figure (`answer_figure`) as SVG, its text as text (the page's fonts draw it)."""
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig = answer_figure(curves_csv, comparison_csv)
+        fig.savefig(out_svg, bbox_inches="tight")
+    plt.close(fig)
+
+
+def answer_figure(curves_csv, comparison_csv):
+    """The first page's figure: validation loss against cumulative training FLOPs, M_0 and each arm
+    (means over the seeds), a panel per size and budget, one above the other. Each arm's curve starts
+    where its members' and growth's FLOPs put it, drawn as a dotted run from 0 to that offset; M_0's
+    final loss is the dashed line, and each arm's first crossing of it is marked, its cost ratio (the
+    figure's own reading of the comparison's) in the legend below the panel. Drawn at the width of the
+    report's first page (`FIRST_PAGE_INCHES`)."""
+    curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    comp = pd.read_csv(comparison_csv)
+    large = curves[~curves["arm"].str.startswith("m_")]
+    keys = ["d0", "L0", "d1", "L1", "n", "budget"]
+    panels = list(large.groupby(keys, sort=True))
+    scale, unit = _flops_unit(float(large["total_flops"].max()) if len(large) else 1.0)
+    sns.set_theme(style="whitegrid", context="paper")
+    with plt.rc_context({"font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "xtick.labelsize": 8,
+                         "ytick.labelsize": 8, "legend.fontsize": 8}):
+        fig, axes = plt.subplots(len(panels) or 1, 1, figsize=(FIRST_PAGE_INCHES, 4.3 * max(1, len(panels))),
+                                 squeeze=False)
+        for ax, (values, g) in zip(axes.flat, panels):
+            _answer_panel(ax, g, comp, dict(zip(keys, values)), scale, unit, titled=len(panels) > 1)
+        if not panels:
+            axes.flat[0].text(0.5, 0.5, "no curves (the sweep has no grown model)", ha="center",
+                              transform=axes.flat[0].transAxes)
+        fig.tight_layout()
+    return fig
+
+
+def _answer_panel(ax, g: pd.DataFrame, comp: pd.DataFrame, where: dict, scale: float, unit: str, titled: bool):
+    sub = comp[(comp[list(where)] == pd.Series(where)).all(axis=1)] if len(comp) else comp
+    mean = (g.groupby(["arm", "step"], sort=False)[["total_flops", "val_loss", "offset_flops"]].mean()
+            .reset_index().sort_values(["arm", "step"]))
+    m0 = mean[mean["arm"].str.startswith("M_0")]
+    m0_final, m0_flops = float(sub["m0_final_val_loss"].mean()), float(sub["m0_flops"].mean())
+    ax.plot(m0["total_flops"] / scale, m0["val_loss"], color="black", lw=1.6, label="M_0, from scratch")
+    ax.axhline(m0_final, color="grey", ls="--", lw=1)
+    # at the left, below the line: the curves start high there, and M_0's own curve ends on it at the right
+    ax.annotate(f"M_0's final loss {m0_final:.3f}", (0.0, m0_final), xycoords=("axes fraction", "data"),
+                xytext=(4, -3), textcoords="offset points", ha="left", va="top", fontsize=8, color="dimgrey")
+    arms = [a for a in mean["arm"].unique() if not a.startswith("M_0")]
+    colours = sns.color_palette("colorblind", max(1, len(arms)))
+    for colour, arm in zip(colours, arms):
+        c = mean[mean["arm"] == arm]
+        method = arm.removeprefix("M_1 (").removesuffix(")")
+        rows = sub[sub["method"] == method]
+        offset, start = float(c["offset_flops"].iloc[0]), float(c["val_loss"].iloc[0])
+        reached = rows[rows["reached"].astype(str).str.lower().isin(["true", "1"])]
+        label = method
+        if len(reached):  # where its curve first reaches M_0's final loss, as the comparison interpolates it
+            cross = offset + float(reached["m1_flops_to_m0_loss"].mean())
+            label += f": M_0's loss at {cross / m0_flops:.2f}x M_0's FLOPs"
+            ax.plot([cross / scale], [m0_final], marker="X", ms=8, color=colour, mec="white", mew=0.8, zorder=5)
+        else:
+            label += ": never reached M_0's loss"
+        ax.plot(c["total_flops"] / scale, c["val_loss"], color=colour, lw=1.4, label=label)
+        if offset > 0:  # the members' (and growth's) FLOPs, spent before the curve starts
+            ax.plot([0, offset / scale], [start, start], color=colour, ls=":", lw=1.2)
+            ax.plot([offset / scale], [start], marker="o", ms=4, color=colour)
+    ax.set_xlim(left=0)
+    ax.set_xlabel(f"cumulative training {unit} (an arm's members and growth included)")
+    ax.set_ylabel(f"validation loss, level {test_level(comp)}")
+    if titled:
+        ax.set_title(f"d0={where['d0']}, L0={where['L0']} -> d1={where['d1']}, L1={where['L1']}, n={where['n']}; "
+                     f"{int(where['budget']):,} tokens")
+    handles, labels = ax.get_legend_handles_labels()
+    extra = [plt.Line2D([], [], color="grey", ls=":", marker="o", ms=4),
+             plt.Line2D([], [], color="grey", ls="", marker="X", ms=7)]
+    ax.legend(handles + extra, labels + ["members' and growth's FLOPs: where an arm starts",
+                                         "where an arm reaches M_0's final loss"],
+              loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+
+
 # the columns that decide first; the rest follow (all of them are in comparison.csv)
 
 

@@ -1,17 +1,21 @@
-"""The report's first page: the answer, a sentence per arm.
+"""The report's first page: the answer, a figure and a sentence per arm.
 
 `summary_sentences` turns `comparison.csv` into plain sentences: whether growing paid, with the cost
-ratio with the small models counted and free, whether M_1 reached M_0's final loss, the final losses
-and the controls. `write_summary` puts them above the workflow's description in the reST that the
-Snakefile gives Snakemake as the report's first page once it exists.
+ratio with the small models counted and free, whether M_1 reached M_0's final loss, the final losses,
+the controls and the mode every model was computed in. `write_summary` puts them, under the figure of
+validation loss against cumulative FLOPs (`growlm.report.figures.answer_plot`), above the workflow's
+description in the reST that the Snakefile gives Snakemake as the report's first page once it exists.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 from pathlib import Path
 
 import pandas as pd
 
+from growlm.modes import NOT_RECORDED, experiment_mode
 from growlm.report.tables import task_failures, task_score_columns, test_level
 
 def _ratio(mean: float, std: float, seeds: int) -> str:
@@ -70,10 +74,11 @@ def _schedule(group: pd.DataFrame) -> str:
     where it is not their end (members.source)."""
     if "m0_schedule" not in group:
         return ""
-    m0, m1 = group["m0_schedule"].iloc[0], "; ".join(dict.fromkeys(group["m1_schedule"].astype(str)))
-    text = "" if m0 == m1 == "cosine" else (f" under the {m0} schedule" if m0 == m1 else
-                                            f" under the {m0} schedule (the refinements: {m1})")
-    before = group[group["members_grown_from"].astype(str).str.startswith("before decay")]
+    said = group[["m0_schedule", "m1_schedule", "members_grown_from"]].fillna("").astype(str)  # "": not recorded
+    m0, m1 = said["m0_schedule"].iloc[0], "; ".join(s for s in dict.fromkeys(said["m1_schedule"]) if s)
+    text = "" if not m0 or m0 == m1 == "cosine" else (f" under the {m0} schedule" if m0 == m1 else
+                                                      f" under the {m0} schedule (the refinements: {m1 or '?'})")
+    before = said[said["members_grown_from"].str.startswith("before decay")]
     if len(before):
         where = before["members_grown_from"].iloc[0].removeprefix("before decay (").rstrip(")")
         text += (f", the members grown where their wsd decay began ({where}; their training up to there is the "
@@ -142,6 +147,35 @@ def task_sentences(df: pd.DataFrame, tasks: pd.DataFrame | None) -> list[str]:
     return out
 
 
+def _who(rows: pd.DataFrame, row, name: str, keys: list[str]) -> str:
+    """`name` ("M_0", "M_1 (msg)") with the sweep values that tell its rows apart (seed, sizes, budget)."""
+    varying = [k for k in keys if k in rows and rows[k].nunique() > 1]
+    return name + (f" ({', '.join(f'{k} {row[k]}' for k in varying)})" if varying else "")
+
+
+def mode_sentences(df: pd.DataFrame) -> list[str]:
+    """How every model was computed (`m0_mode`, `m1_mode`; growlm.modes): one mode for all, said once;
+    else, in bold, that the arms differ by their mode as well as by their method, and each one's mode."""
+    if "m0_mode" not in df or "m1_mode" not in df:  # a comparison of a growlm older than modes
+        return []
+    texts = [*df["m0_mode"].astype(str), *df["m1_mode"].astype(str)]
+    if set(texts) == {NOT_RECORDED}:  # every ledger of a growlm older than modes: nothing to say
+        return []
+    shared = experiment_mode(texts)
+    if shared:
+        return [f"The models were all computed in one mode: {shared}."]
+    keys = ["d1", "L1", "budget", "seed"]
+    parts = dict.fromkeys(f"{_who(df, r, 'M_0', keys)}: {r['m0_mode']}" for _, r in df.iterrows())
+    for _, r in df.iterrows():
+        # the method as a literal: reST would read "concat@m1" as an e-mail address
+        who = _who(df[df["method"] == r["method"]], r, f"M_1 (``{r['method']}``)", ["d0", "L0", "n", *keys])
+        parts[f"{who}: {r['m1_mode']}"] = None
+    return ["**The models were not all computed in one mode**, so the arms differ in the last digits of their "
+            "losses by their mode as well as by their method (torch.compile and the CPU threads change the order of "
+            "floating-point sums; docs/results.md, *What a mode changes*; for like with like, run every job in one "
+            "mode): " + "; ".join(parts) + "."]
+
+
 def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
     """The answer, one sentence per arm (grouped by sizes and budget), from comparison.csv; then, with
     several budgets, whether the saving grows with the budget, and the benchmark tasks' scores
@@ -178,14 +212,41 @@ def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
                        f"{group['ensemble_test_loss'].mean():.3f} on level {test_level(group)}.")
     out += budget_sentences(df)
     out += task_sentences(df, pd.read_csv(tasks_csv) if tasks_csv else None)
+    out += mode_sentences(df)
     return out
 
 
-def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None) -> None:
-    """The report's first page (reST): the answer, then the workflow's description."""
+FIGURE_CAPTION = ("Validation loss against cumulative training FLOPs, means over the seeds: each arm's curve starts "
+                  "where its members' and growth's FLOPs put it (dotted from 0), the dashed line is M_0's final loss, "
+                  "and a cross marks where an arm first reaches it, at the cost ratio its legend gives.")
+
+
+def figure_html(svg_file) -> list[str]:
+    """The first page's figure as reST lines: the SVG inside the page itself (a data URI: the report is one
+    file, and its first page shows no result of its own), as wide as the page, with its caption. The data
+    runs over lines of 1000 characters (docutils refuses a line over 10,000; a URL's line breaks are dropped
+    when a browser reads it)."""
+    data = base64.b64encode(Path(svg_file).read_bytes()).decode("ascii")
+    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)] or [""]
+    alt = html.escape(FIGURE_CAPTION, quote=True)
+    return [".. raw:: html", "",
+            # Snakemake's report centres the first page in a window-high box that scrolls: a page taller than
+            # the window would lose its top (the title, this figure) above the scrolled area; top-aligned instead
+            "   <style>div.h-screen.items-center:has(#growlm-answer) { align-items: flex-start; }</style>",
+            f'   <figure id="growlm-answer" style="margin: 1em 0"><img alt="{alt}" '
+            f'style="width: 100%; height: auto; margin: 0" src="data:image/svg+xml;base64,{chunks[0]}',
+            *(f"   {chunk}" for chunk in chunks[1:]),
+            f'   "><figcaption style="font-size: 0.85em">{html.escape(FIGURE_CAPTION)}</figcaption></figure>', ""]
+
+
+def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None, figure_svg=None) -> None:
+    """The report's first page (reST): the figure (`figure_svg`: `answer_plot`'s), the answer, then the
+    workflow's description."""
     lines = ["growlm: does growing pay?", "=" * 25, ""]
+    if figure_svg is not None:
+        lines += figure_html(figure_svg)
     for sentence in summary_sentences(comparison_csv, tasks_csv):
-        prefix = "" if sentence.startswith("M_0 (") or sentence.startswith("The ") else "* "
+        prefix = "" if sentence.startswith(("M_0 (", "The ", "**The ")) else "* "
         lines += [prefix + sentence, ""]
     lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "
               "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. The table "

@@ -89,6 +89,8 @@ COMPARISON_COLUMNS = {
     "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
     "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
     "wall_ratio": "wall ratio (small counted)",
+    # how each arm was computed (growlm.modes): torch.compile and the CPU threads change the last digits
+    "m0_mode": "M_0 computed", "m1_mode": "M_1 computed",
 }
 
 
@@ -199,12 +201,28 @@ def profile_html(summary_files: list[str], curves_csv, out_html) -> None:
     Path(out_html).write_text(_html_page("Profile", "".join(parts)))
 
 
+def where_it_ran(model_dir: Path) -> str:
+    """Where a training job ran, from its growlm.json: each node with its processes' devices ("n1: cuda:0
+    (GPU 3)"; the GPU as the machine numbers it, where the job was given devices of its own)."""
+    meta = model_dir / "growlm.json"
+    where = read_json(meta).get("where") if meta.is_file() else None
+    if not where:
+        return ""
+    parts = []
+    for node in where["nodes"]:
+        ranks = [r for r in where["ranks"] if r["node"] == node]
+        seen = [f"{r['device']}" + (f" (GPU {r['visible_devices']})" if r.get("visible_devices") else "")
+                for r in ranks]
+        parts.append(f"{node}: {', '.join(dict.fromkeys(seen))}" + (f" x {len(ranks)}" if len(ranks) > 1 else ""))
+    return "; ".join(parts)
+
+
 def plans_html(plan_files: list[str], out_html) -> pd.DataFrame:
     """The memory plan every training job ran with (growlm.memory), one row per job."""
     rows = []
     for f in plan_files:
         plan = read_json(f)
-        rows.append({"job": str(Path(f).parent).split("/models/", 1)[-1],
+        rows.append({"job": str(Path(f).parent).split("/models/", 1)[-1], "where": where_it_ran(Path(f).parent),
                      "strategy": plan["strategy"], "devices": plan["n_devices"], "device": plan["device_type"],
                      "global batch": plan["global_batch"], "micro-batch": plan["micro_batch_size"],
                      "accumulation": plan["grad_accum_steps"], "recomputation": plan["recompute"],

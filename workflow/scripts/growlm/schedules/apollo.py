@@ -38,6 +38,7 @@ from growlm.families import family_of
 from growlm.flops import shape_flops, train_flops_per_token
 from growlm.loss import lm_loss
 from growlm.model import build_model
+from growlm.modes import run_mode
 from growlm.schedules.registry import runs
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
@@ -144,7 +145,9 @@ def apollo_schedule(init, train_tokens: np.ndarray, *, tokens: int, lr: float, b
             depths.append(depth)
             step += 1
         record.append({"stage": s + 1, "unique_blocks": k, "steps": per_stage, "mean_depth": float(np.mean(depths)),
-                       "final_train_loss": float(np.mean(losses[-10:]))})
+                       "final_train_loss": float(np.mean(losses[-10:])),
+                       # its own loop, eager on the CPU (growlm.modes: the comparison names it in M_1's)
+                       "mode": run_mode("cpu", None, threads=torch.get_num_threads())})
         log(f"apollo stage {s + 1}/{len(plan)}: {k} unique block(s), {per_stage} steps, mean depth "
             f"{np.mean(depths):.2f}, train loss {record[-1]['final_train_loss']:.4f}")
     if len(unique) != L:  # the authors' stages stop below full depth: grown to it by the same map

@@ -299,7 +299,8 @@ def run(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_fi
         flops += summary["flops"]
         wall += summary["wall_s"] - summary.get("compile_s", 0.0)  # training time, compilation left out
         stages.append({**stage, "stage": i, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
-                       "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L})
+                       "width": ModelShape.of(model_now).d, "depth": ModelShape.of(model_now).L,
+                       "mode": summary["mode"]})  # growlm.modes: the comparison names it in M_1's
         log(f"V-cycle stage {i}: level {level} ({stage['direction']}), width {stages[-1]['width']}, "
             f"{stage['steps']} steps at lr {stage['lr']:.3g}: val loss {summary['final_val_loss']}")
     grown = interpolate(before[1], model_now.cpu(), float(vcycle["alpha"]), factor=k, pairing=pairing,

@@ -1,0 +1,374 @@
+"""The parts of bench/gpu_check (bench/gpu_check.py says what each measures and how they are run).
+
+Each part is a `Part`: what it runs (`run(ctx, folder)`, its commands through `ctx.run`, which stops them
+at the time limit), what it needs (`needs(ctx)`: why it cannot run here, or None) and its main figures
+(`figures(ctx, folder)`, read back from the files it wrote). The estimates are seconds on one H100 with
+an empty compile cache, from what the same work took there (bench/RESULTS.md 3 and 4: about 25-40 s to
+compile a 12-layer GPT-2's step, 25 s for a masked form, 30 s a job for the workflow's small jobs and
+Nsight Compute profiles), and on 2 CPU cores for --smoke; bench/gpu_check prints what each part took.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+TINY = REPO / "tests" / "config" / "tiny.yaml"
+GPU_OVERLAY = BENCH / "gpu_check.yaml"
+
+# the GPU recipe's shapes (config/gpu.yaml), at which MFU and the refinement are measured
+SHAPE = ["--layers", "12", "--context", "512", "--vocab", "8192", "--head-dim", "64", "--batch", "64"]
+SMOKE_MFU = ["--device", "cpu", "--sizes", "32,64", "--layers", "2", "--context", "64", "--vocab", "256",
+             "--head-dim", "16", "--batch", "4", "--warm", "1", "--steps", "2", "--reps", "2"]
+
+
+class OutOfTime(Exception):
+    """The time limit came while a part's command ran (it was stopped)."""
+
+
+class Failed(Exception):
+    """A part's command exited non-zero."""
+
+
+@dataclass
+class Part:
+    name: str
+    what: str
+    seconds: float        # estimated on one H100 with an empty compile cache
+    smoke_seconds: float  # estimated at --smoke sizes on 2 CPU cores
+    run: Callable         # run(ctx, folder): does the work through ctx.run, writes into its folder
+    figures: Callable     # figures(ctx, folder) -> str: its main figures, from the files it wrote
+    needs: Callable = lambda ctx: None  # needs(ctx) -> why it cannot run here, or None
+    scale: Callable = lambda ctx: 1     # the estimate's multiple (the mfu part: one run per compile mode)
+
+    def estimate(self, ctx) -> float:
+        return (self.smoke_seconds if ctx.smoke else self.seconds) * self.scale(ctx)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys or ["none"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+def pct(value) -> str:
+    return f"{float(value):.1%}" if value not in (None, "") else "n/a"
+
+
+# --- env ---------------------------------------------------------------------------------------
+
+def probe() -> dict:
+    """This machine, as the other parts will see it (run in a process of its own: it opens a CUDA
+    context, and Nsight Compute's probe profiles one kernel). Nothing here raises."""
+    info: dict = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in ("transformers", "snakemake", "datasets", "tokenizers", "numpy", "triton"):
+        try:
+            info[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            info[name] = "not installed"
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    info["commit"] = commit or "unknown (not a git checkout)"
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, cuda_build=torch.version.cuda or "none", cuda=torch.cuda.is_available())
+        if info["cuda"]:
+            props = torch.cuda.get_device_properties(0)
+            info.update(device=props.name, devices=torch.cuda.device_count(),
+                        memory_gib=round(props.total_memory / 2**30, 1), capability=f"{props.major}.{props.minor}")
+    except Exception as err:  # a torch that does not import is the finding
+        info.update(torch=f"does not import: {err}", cuda=False)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        info["driver"] = smi[0] if smi else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        info["driver"] = "no nvidia-smi"
+    try:
+        from growlm.devices import peak_flops
+
+        peak = peak_flops("cuda" if info.get("cuda") else "cpu", None)
+        info["peak_tflops"] = round(peak / 1e12, 1) if peak else "unknown"
+        from growlm.profiling.tools import detect_tools
+
+        ncu = detect_tools(probe="ncu")["ncu"]
+        info["ncu"] = {k: ncu.get(k) for k in ("found", "works", "path", "version", "reason")}
+    except Exception as err:
+        info["ncu"] = {"found": False, "works": False, "reason": f"could not look for it: {err}"}
+    return info
+
+
+def run_env(ctx, folder: Path) -> None:
+    found = folder / "env.json"
+    ctx.run([ctx.python, BENCH / "gpu_check.py", "--probe", found], log=folder / "log.txt")
+    ctx.found = json.loads(found.read_text())
+    flat = [{"key": k, "value": json.dumps(v) if isinstance(v, dict) else v} for k, v in ctx.found.items()]
+    write_csv(folder / "env.csv", flat)
+
+
+def env_figures(ctx, folder: Path) -> str:
+    f = ctx.found
+    card = (f"{f.get('device')} ({f.get('memory_gib')} GiB, {f.get('devices')} device(s)), driver {f.get('driver')}"
+            if f.get("cuda") else "no CUDA device")
+    ncu = f.get("ncu", {})
+    return (f"{card}; torch {f.get('torch')} (CUDA {f.get('cuda_build')}), Python {f.get('python')}, "
+            f"commit {f.get('commit')}; ncu: {'works' if ncu.get('works') else ncu.get('reason')}")
+
+
+def needs_cuda(why: str):
+    return lambda ctx: None if ctx.found.get("cuda") else f"no CUDA device ({why})"
+
+
+def cuda_or_smoke(why: str):
+    return lambda ctx: None if ctx.smoke or ctx.found.get("cuda") else f"no CUDA device ({why})"
+
+
+# --- mfu ---------------------------------------------------------------------------------------
+
+def mfu_modes(ctx) -> list[str]:
+    return ["eager"] if ctx.smoke else ctx.options["mfu_modes"]
+
+
+def run_mfu(ctx, folder: Path) -> None:
+    """One process per compile mode; a mode that fails leaves the next one its turn."""
+    failed = []
+    for mode in mfu_modes(ctx):
+        args = SMOKE_MFU if ctx.smoke else ["--device", "cuda", "--sizes", "768,1024", *SHAPE, "--warm", "5",
+                                            "--steps", "20", "--compile", mode]
+        try:
+            ctx.run([ctx.python, BENCH / "gpu.py", *args, "--out", folder / f"mfu_{mode}.csv"], log=folder / "log.txt")
+        except Failed as err:
+            failed.append(f"{mode}: {err}")
+    if failed:
+        raise Failed("; ".join(failed))
+
+
+def mfu_figures(ctx, folder: Path) -> str:
+    out = []
+    for mode in mfu_modes(ctx):
+        if not (folder / f"mfu_{mode}.csv").is_file():
+            continue
+        for r in read_csv(folder / f"mfu_{mode}.csv"):
+            if r["mfu"]:
+                out.append(f"{mode} d{r['d']}: MFU {pct(r['mfu'])}, reference {pct(r['ref_mfu'])} "
+                           f"(x{r['ratio_to_reference']})")
+            else:
+                out.append(f"{mode} d{r['d']}: {float(r['tokens_per_s']):,.0f} tok/s, x{r['ratio_to_reference']} "
+                           f"the reference's")
+    return "; ".join(out)
+
+
+# --- refine ------------------------------------------------------------------------------------
+
+def run_refine(ctx, folder: Path) -> None:
+    args = ["--quick"] if ctx.smoke else ["--device", "cuda", "--d", "768", *SHAPE, "--ramp", "10", "--after", "8",
+                                          "--rounds", "1", "--compile", "all"]
+    ctx.run([ctx.python, BENCH / "refine_speed.py", *args, "--out", folder / "refine_speed.csv"],
+            log=folder / "log.txt")
+
+
+def refine_figures(ctx, folder: Path) -> str:
+    rows = read_csv(folder / "refine_speed.csv")
+    out = []
+    for mode in dict.fromkeys(r["compile"] for r in rows):
+        mine = [r for r in rows if r["compile"] == mode]
+        out.append(f"{mode}: during the ramp {min(float(r['during']) for r in mine):.2f}, after "
+                   f"{min(float(r['after']) for r in mine):.2f} of M_0 (slowest arm)")
+    even = [f"{r['arm']} {float(r['break_even_ramp_steps']):.0f}" for r in rows if r.get("break_even_ramp_steps")]
+    if even:
+        out.append("compile_ramps pays from a ramp of " + ", ".join(even) + " steps")
+    return "; ".join(out)
+
+
+# --- workflow ----------------------------------------------------------------------------------
+
+def workflow_overlay(ctx) -> Path:
+    return TINY if ctx.smoke else GPU_OVERLAY
+
+
+def experiment_of(overlay: Path) -> str:
+    import yaml
+
+    return yaml.safe_load(overlay.read_text())["experiment"]
+
+
+def run_workflow(ctx, folder: Path) -> None:
+    """The workflow in a folder of its own (links to workflow/, config/, profiles/), as a user runs it."""
+    wd = ctx.options.get("workflow_dir") or ctx.work / "workflow"
+    if not ctx.options.get("workflow_dir"):
+        shutil.rmtree(wd, ignore_errors=True)  # a fresh run: its wall times are a first run's
+    wd.mkdir(parents=True, exist_ok=True)
+    for name in ("workflow", "config", "profiles"):
+        if not (wd / name).exists():
+            (wd / name).symlink_to(REPO / name)
+    overlay = workflow_overlay(ctx)
+    tools = wd / "gpu_check_tools.yaml"  # Nsight Compute's profile jobs only where it works
+    tools.write_text("profile: {tools: [ncu]}\n" if ctx.found.get("ncu", {}).get("works") else "profile: {tools: []}\n")
+    cmd = [ctx.python, "-m", "snakemake", "--profile", "profiles/gpu", "--configfile", "config/config.yaml", overlay,
+           tools]
+    ctx.options["workflow_results"] = results = wd / "results" / experiment_of(overlay)
+    t0, result = time.monotonic(), "stopped at the time limit"
+    try:
+        ctx.run(cmd, log=folder / "log.txt", cwd=wd, extra_env={"TORCH_LOGS": "recompiles"})
+        result = "finished"
+    except Exception as err:
+        result = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        collect_workflow(results, folder, {"command": " ".join(str(c) for c in cmd), "folder": str(wd),
+                                           "wall_s": round(time.monotonic() - t0, 1), "result": result})
+
+
+def collect_workflow(results: Path, folder: Path, run: dict) -> None:
+    """What the run left, as CSV: every job's wall time and recompilations, every training job's figures,
+    the comparison. Also after a failed or stopped run (what finished is there)."""
+    rows = []
+    for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
+        rel = tsv.relative_to(results / "benchmarks")
+        bench = read_csv_tsv(tsv)
+        log = results / "logs" / rel.with_suffix(".log")
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        rows.append({"rule": rel.parts[0] if len(rel.parts) > 1 else rel.stem,
+                     "job": str(rel.with_suffix(""))[len(rel.parts[0]) + 1:] if len(rel.parts) > 1 else "",
+                     "seconds": float(bench["s"]), "max_rss_mb": bench.get("max_rss", ""),
+                     "cpu_s": bench.get("cpu_time", ""), "recompiles": text.count("Recompiling function")})
+    write_csv(folder / "rules.csv", rows)
+    totals = {}
+    for r in rows:
+        t = totals.setdefault(r["rule"], {"rule": r["rule"], "jobs": 0, "total_s": 0.0, "max_s": 0.0, "recompiles": 0})
+        t["jobs"] += 1
+        t["total_s"] = round(t["total_s"] + r["seconds"], 2)
+        t["max_s"] = max(t["max_s"], r["seconds"])
+        t["recompiles"] += r["recompiles"]
+    write_csv(folder / "rule_totals.csv", sorted(totals.values(), key=lambda t: -t["total_s"]))
+    training = []
+    for meta in sorted((results / "models").rglob("growlm.json")):
+        summary = json.loads(meta.read_text()).get("train") or {}
+        if not summary:
+            continue
+        cfg, fpt = summary.get("config", {}), summary.get("flops_per_token") or 0
+        rate = summary.get("model_flops_per_s")
+        training.append({"model": str(meta.parent.relative_to(results / "models")), "device": cfg.get("device"),
+                         "steps": summary.get("steps"), "tokens": summary.get("tokens"),
+                         "wall_s": round(summary.get("wall_s", 0), 1), "compile_s": round(summary.get("compile_s", 0), 1),
+                         "tokens_per_s": round(rate / fpt) if rate and fpt else "",
+                         "mfu": (summary.get("gpu_settings") or {}).get("mfu", ""),
+                         "micro_batch": cfg.get("micro_batch_size"), "strategy": cfg.get("strategy"),
+                         "compile": cfg.get("compile")})
+    write_csv(folder / "training.csv", training)
+    comparison = results / "eval" / "comparison.csv"
+    if comparison.is_file():
+        shutil.copy(comparison, folder / "comparison.csv")
+    write_csv(folder / "run.csv", [{**run, "jobs": len(rows), "recompiles": sum(r["recompiles"] for r in rows)}])
+
+
+def read_csv_tsv(path: Path) -> dict:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))[-1]
+
+
+def workflow_figures(ctx, folder: Path) -> str:
+    run = read_csv(folder / "run.csv")[0]
+    jobs = read_csv(folder / "rules.csv")
+    out = [f"{run['jobs']} jobs ({sum(float(j['seconds']) for j in jobs):.0f} s of job time, "
+           f"{run['recompiles']} recompilations); Snakemake ran {float(run['wall_s']):.0f} s ({run['result']})"]
+    totals = read_csv(folder / "rule_totals.csv")
+    if totals:
+        out.append("longest rules " + ", ".join(f"{t['rule']} {float(t['total_s']):.0f} s" for t in totals[:3]))
+    if (folder / "comparison.csv").is_file():
+        for r in read_csv(folder / "comparison.csv"):
+            out.append(f"{r['method']}: cost ratio {float(r['cost_ratio']):.2f}" if r["cost_ratio"] else
+                       f"{r['method']}: M_0's loss not reached ({float(r['m1_final_val_loss']):.3f} against "
+                       f"{float(r['m0_final_val_loss']):.3f})")
+    return "; ".join(out)
+
+
+# --- ncu ---------------------------------------------------------------------------------------
+
+def ncu_needs(ctx) -> str | None:
+    ncu = ctx.found.get("ncu", {})
+    if not ncu.get("works"):
+        return f"{ncu.get('reason') or 'ncu not found'} (so the workflow has no profile jobs)"
+    if "workflow" not in ctx.ran:
+        return "the workflow part did not run to the end"
+    return None
+
+
+def run_ncu(ctx, folder: Path) -> None:
+    """The Nsight Compute tables of the workflow's profile jobs; each must have been made by ncu itself
+    (a profile job falls back to torch.profiler when ncu fails, and says why)."""
+    profiled = ctx.options["workflow_results"] / "profile" / "ncu"
+    kinds = sorted(p for p in profiled.iterdir() if p.is_dir()) if profiled.is_dir() else []
+    if not kinds:
+        raise RuntimeError(f"no profile tables in {profiled}")
+    fell_back = []
+    for kind in kinds:
+        for f in kind.iterdir():
+            if f.suffix in (".csv", ".json") and f.is_file():
+                (folder / kind.name).mkdir(exist_ok=True)
+                shutil.copy(f, folder / kind.name / f.name)
+        summary = read_csv(kind / "summary.csv")[0] if (kind / "summary.csv").is_file() else {}
+        if summary.get("profiler") != "ncu":
+            fell_back.append(f"{kind.name}: {summary.get('profiler', 'no summary')} ({summary.get('notes', '')})")
+    if fell_back:
+        raise RuntimeError("not measured by ncu: " + "; ".join(fell_back))
+
+
+def ncu_figures(ctx, folder: Path) -> str:
+    kinds = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    return f"Nsight Compute tables of {', '.join(kinds)}" if kinds else ""
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+def run_memory(ctx, folder: Path) -> None:
+    ladder = max(10.0, min(ctx.options["memory_ladder_s"], ctx.left() - 40))
+    ctx.run([ctx.python, BENCH / "memory.py", "--gpu", "--out", folder / "memory_gpu.csv", "--time-budget",
+             f"{ladder:.0f}"], log=folder / "log.txt")
+
+
+def memory_figures(ctx, folder: Path) -> str:
+    text = (folder / "log.txt").read_text(errors="replace")
+    found = re.findall(r"^(largest naive: .*|params_ratio=.*)$", text, flags=re.M)
+    return "; ".join(found) if found else f"{len(read_csv(folder / 'memory_gpu.csv'))} sizes tried"
+
+
+PARTS = [
+    Part("env", "the card, driver, torch, CUDA and Nsight Compute", 15, 15, run_env, env_figures),
+    Part("mfu", "MFU of growlm's step at d 768 and 1024 beside the reference loop compiled the same way", 100, 40,
+         run_mfu, mfu_figures, cuda_or_smoke("bench/gpu.py measures MFU on a GPU"),
+         scale=lambda ctx: len(mfu_modes(ctx))),
+    Part("refine", "bench/refine_speed.py at d 768: msg, concat, V-cycle against M_0, three compile modes", 140, 60,
+         run_refine, refine_figures, cuda_or_smoke("sized for a GPU")),
+    Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 170, 120,
+         run_workflow, workflow_figures, cuda_or_smoke("sized for a GPU; --smoke runs the tiny experiment on the CPU")),
+    Part("ncu", "the Nsight Compute tables of the workflow's profile jobs", 0, 0, run_ncu, ncu_figures, ncu_needs),
+    Part("memory", "bench/memory.py --gpu: the planner under an 8 GiB cap, its throughput against naive", 50, 0,
+         run_memory, memory_figures, needs_cuda("bench/memory.py --gpu caps the CUDA allocator")),
+]

@@ -1,0 +1,150 @@
+"""bench/gpu_check, the one command of every GPU figure, checked on the CPU.
+
+`--smoke` runs the same parts at tiny sizes: env, MFU beside the reference loop, the refinement benchmark
+and the workflow (on a copy of the shared tiny run, which Snakemake continues), each writing its CSV
+folder; ncu and the memory planner, which need a GPU, are skipped with one line saying why, and the
+summary names every part. The orchestration itself is checked on small commands: a part that fails, one
+stopped at the time limit, one that would not fit and one whose tool is missing leave the others
+running, and every one of them is in the summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, _no_controller_slurm_conf, job_counts, run_snakemake
+
+sys.path.insert(0, str(REPO / "bench"))
+import gpu_check  # noqa: E402
+from gpu_check_parts import GPU_OVERLAY, SHAPE, Part  # noqa: E402
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_smoke_runs_every_part_it_can_and_names_the_rest(tiny_run, tmp_path):
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    out = tmp_path / "figures"
+    env = {**os.environ, "SLURM_CONF": str(_no_controller_slurm_conf())}
+    proc = subprocess.run([str(REPO / "bench" / "gpu_check"), "--smoke", "--out", str(out), "--work",
+                           str(tmp_path / "work"), "--workflow-dir", str(wd)], env={**env, "PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=900)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-4000:]
+    summary = {r["part"]: r for r in rows(out / "summary.csv")}
+    assert list(summary) == ["env", "mfu", "refine", "workflow", "ncu", "memory"]
+    assert [p for p, r in summary.items() if r["ran"] == "yes"] == ["env", "mfu", "refine", "workflow"], summary
+    assert summary["ncu"]["status"].startswith("skipped: ") and "ncu" in summary["ncu"]["status"]  # no GPU here
+    assert summary["memory"]["status"] == "skipped: no CUDA device (bench/memory.py --gpu caps the CUDA allocator)"
+    for part in summary:  # the printed table names every part, and the last line which ran
+        assert f"\n{part} " in said
+    assert "gpu_check ran=env,mfu,refine,workflow skipped=ncu,memory failed= " in said
+
+    found = {r["key"]: r["value"] for r in rows(out / "env" / "env.csv")}
+    assert found["torch"].startswith("2.") and found["cuda"] == "False" and found["python"] == sys.version.split()[0]
+    mfu = rows(out / "mfu" / "mfu_eager.csv")  # growlm's loop beside the reference loop, in the same process
+    assert [r["d"] for r in mfu] == ["32", "64"]
+    assert all(float(r["tokens_per_s"]) > 0 and float(r["ratio_to_reference"]) > 0 for r in mfu)
+    refine = rows(out / "refine" / "refine_speed.csv")
+    assert {(r["compile"], r["arm"]) for r in refine} == {("off", a) for a in ("msg", "concat", "vcycle")}
+    assert all(float(r["during"]) > 0 and float(r["after"]) > 0 for r in refine)
+
+    jobs = rows(out / "workflow" / "rules.csv")  # every job of the tiny run, with its wall time
+    by_rule = {r["rule"] for r in jobs}
+    assert {"train_small", "train_baseline", "grow", "refine", "evaluate_model", "compare"} <= by_rule
+    assert all(float(r["seconds"]) > 0 and r["recompiles"] == "0" for r in jobs)
+    totals = rows(out / "workflow" / "rule_totals.csv")
+    assert sum(int(t["jobs"]) for t in totals) == len(jobs)
+    training = rows(out / "workflow" / "training.csv")
+    assert {r["model"].split("/")[0] for r in training} == {"small", "baseline", "refined"}
+    assert all(float(r["tokens_per_s"]) > 0 and r["device"] == "cpu" for r in training)
+    methods = {r["method"] for r in rows(out / "workflow" / "comparison.csv")}
+    assert methods == {"hyperclone+zero_block", "concat+zero_block", "concat+zero_block@m1"}, methods
+    run = rows(out / "workflow" / "run.csv")[0]
+    assert run["result"] == "finished" and int(run["jobs"]) == len(jobs)
+
+
+def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path, monkeypatch):
+    def command(code: str):
+        return lambda ctx, folder: ctx.run([sys.executable, "-c", code.replace("FOLDER", str(folder))],
+                                           log=folder / "log.txt")
+
+    def figures(ctx, folder):
+        return (folder / "x.csv").read_text().split()[-1]
+
+    writes = command("open('FOLDER/x.csv', 'w').write('x\\n7\\n')")
+    selected = [
+        Part("fails", "exits 3", 1, 1, command("import sys; print('it broke here'); sys.exit(3)"), figures),
+        Part("runs", "writes its CSV", 1, 1, writes, figures),
+        Part("slow", "past the time limit", 1, 1, command("open('FOLDER/x.csv', 'w').write('x\\n5\\n'); "
+                                                          "import time; time.sleep(120)"), figures),
+        Part("big", "would not fit", 1000, 1000, writes, figures),
+        Part("tool", "needs a tool", 1, 1, writes, figures, needs=lambda ctx: "no such tool here"),
+    ]
+    monkeypatch.setattr(gpu_check, "GRACE", 1)  # SIGTERM one second before the limit
+    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", smoke=True,
+                            deadline=time.monotonic() + 8, env=dict(os.environ))
+    t0 = time.monotonic()
+    said = []
+    got = {r.part: r for r in gpu_check.run_parts(selected, ctx, say=said.append)}
+    assert time.monotonic() - t0 < 60  # the sleeping part was stopped at the limit
+    assert got["fails"].status == "failed: exit 3: it broke here" and not got["fails"].ran
+    assert got["runs"].status == "ran" and got["runs"].ran and got["runs"].figures == "7"
+    assert got["slow"].status.startswith("stopped at the time limit") and got["slow"].figures == "5"  # kept
+    assert got["big"].status.startswith("skipped: needs about 1000 s, ") and not got["big"].ran
+    assert got["tool"].status == "skipped: no such tool here"
+    summary = rows(ctx.out / "summary.csv")
+    assert [(r["part"], r["ran"]) for r in summary] == [("fails", "no"), ("runs", "yes"), ("slow", "no"),
+                                                        ("big", "no"), ("tool", "no")]
+    assert "it broke here" in (ctx.out / "fails" / "log.txt").read_text()
+    assert any(line.startswith("[runs] ran in") for line in said)
+
+
+def test_unknown_parts_are_refused_naming_the_parts(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "mfu,gpus", "--out", "/nonexistent"])
+    assert "unknown part(s) gpus: the parts are env, mfu, refine, workflow, ncu, memory" in capsys.readouterr().err
+
+
+def test_break_even_ramp_is_compile_seconds_over_seconds_saved_per_step():
+    import refine_speed
+
+    rows_ = [{"compile": "on", "arm": "msg", "arm_compile_s": 20.0, "during_tok_s": 100_000.0},
+             {"compile": "ramps", "arm": "msg", "arm_compile_s": 45.0, "during_tok_s": 250_000.0},
+             {"compile": "on", "arm": "concat", "arm_compile_s": 20.0, "during_tok_s": 100_000.0},
+             {"compile": "ramps", "arm": "concat", "arm_compile_s": 50.0, "during_tok_s": 90_000.0}]
+    even = refine_speed.break_even(rows_, tokens_per_step=32768)
+    saved = 32768 / 100_000 - 32768 / 250_000  # seconds per ramp step
+    assert even["msg"] == pytest.approx(25.0 / saved)
+    assert math.isinf(even["concat"])  # its compiled masked step is slower: it never pays
+
+
+def test_the_workflow_overlay_dry_runs_offline_at_the_measured_shapes(workflow_dir):
+    """bench/gpu_check.yaml builds its DAG with the GPU profile (no network: bundled readers only), and its
+    large models have the shapes `mfu` and `refine` measure, so their compiled graph is one."""
+    import yaml
+
+    overlay = yaml.safe_load(GPU_OVERLAY.read_text())
+    shape = dict(zip(SHAPE[::2], SHAPE[1::2]))
+    assert (overlay["d1"], overlay["L1"], overlay["d0"], overlay["L0"]) == ([768], [12], [384], [6])
+    assert [str(overlay["L1"][0]), str(overlay["model"]["context"]), str(overlay["tokenizer"]["vocab_size"]),
+            str(overlay["model"]["head_dim"]), str(overlay["train"]["large"]["batch_size"])] == [
+        shape["--layers"], shape["--context"], shape["--vocab"], shape["--head-dim"], shape["--batch"]]
+    assert all("bundled" in s for s in yaml.safe_load((REPO / "config" / "config.yaml").read_text())["corpus"]["sources"])
+    proc = run_snakemake(workflow_dir, "-n", "--quiet", "rules", "--profile", "profiles/gpu", "--configfile",
+                         "config/config.yaml", str(GPU_OVERLAY))
+    counts = job_counts(proc.stdout)
+    assert counts["train_small"] == 2 and counts["train_baseline"] == 1 and counts["refine"] == 2
+    assert counts["profile"] == 3 and counts["evaluate_model"] == 5 and "evaluate_ensemble" not in counts
