@@ -17,7 +17,8 @@ on level 0; M_0 and M_1 d1 = 64, L1 = 4 on level 1; `msg` from m_1 and `msg_memb
   floor, 1-sqrt), the members grown as they end (annealed);
 * `wsd, before decay` (bench/run_schedules_before_decay, a copy of the wsd folder, so that its members and M_0
   are the wsd run's own): the members grown where their decay began, their training up to there counted
-  (bench/schedules_before_decay.yaml); only growth and the refinements run again.
+  (bench/schedules_before_decay.yaml); only growth and the refinements run again, at 8e-3 only (the rate every
+  arm refined best at under both schedules: BEFORE_DECAY_LR).
 
 The runs go in the order wsd, wsd before decay, cosine.
 
@@ -26,7 +27,8 @@ gives per arm, schedule and budget: how many seeds reached M_0's final validatio
 members counted and free (growlm.compare: mean and standard deviation over the seeds that reached it), M_0's and
 M_1's final and best validation loss, and M_0's budget in tokens per parameter (non-embedding and total). Each
 wsd arm is compared twice: against M_0 trained under wsd (its own run) and against M_0 trained under the cosine
-(the cosine run's M_0 at its own best rate), by growlm's own comparison function (growlm.compare.compare_one).
+(the cosine run's M_0 at its own best rate), by growlm's own comparison function (growlm.compare.compare_one);
+without a cosine run, against section 8's cosine M_0's mean final loss (against_section8_m0).
 """
 
 from __future__ import annotations
