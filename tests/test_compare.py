@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from growlm.compare import choose_learning_rates, first_reach, write_comparison
 
@@ -31,6 +32,9 @@ def ledger(path, losses, flops_per_eval=100.0):
                                                                     "accuracy": 0.5}}}))
 
 
+M0_CONFIG = GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=8, n_positions=4)  # M_0's (tokens per parameter)
+
+
 def make_experiment(root, curves_m0: dict, curves_m1: dict, seeds=(0, 1), small_flops=50.0):
     """Ledgers for M_0 and M_1 (method 'g') at each learning rate; curves are per lr (same for all seeds
     except a +0.01*seed shift)."""
@@ -44,6 +48,7 @@ def make_experiment(root, curves_m0: dict, curves_m1: dict, seeds=(0, 1), small_
         ledger(root / "small" / "m1", [9.0, 8.0])
         for lr, losses in curves_m0.items():
             ledger(root / "baseline" / f"t1000_lr{lr}" / f"s{seed}", [v + 0.01 * seed for v in losses])
+            M0_CONFIG.to_json_file(root / "baseline" / f"t1000_lr{lr}" / f"s{seed}" / "config.json")
         for lr, losses in curves_m1.items():
             ledger(root / "refined" / "g" / f"t1000_lr{lr}" / f"s{seed}", [v + 0.01 * seed for v in losses])
             combos.append({"d0": 8, "L0": 1, "d1": 16, "L1": 2, "n": 1, "method": "g", "seed": seed,
@@ -74,6 +79,11 @@ def test_each_arm_is_compared_at_its_own_best_learning_rate(tmp_path, monkeypatc
     assert row["m1_flops_to_m0_loss"] == pytest.approx(200 + 100 * (0.2 / 0.3))
     assert row["cost_ratio"] == pytest.approx((50 + 266.6667) / 300, rel=1e-4)
     assert row["cost_ratio_small_free"] == pytest.approx(266.6667 / 300, rel=1e-4)
+    # M_0's budget per parameter of M_0, without (and with) the token and position embeddings
+    m0 = GPT2LMHeadModel(M0_CONFIG)
+    total = sum(p.numel() for p in m0.parameters())
+    embeddings = m0.transformer.wte.weight.numel() + m0.transformer.wpe.weight.numel()
+    assert (row["tokens_per_param"], row["tokens_per_param_total"]) == (1000 / (total - embeddings), 1000 / total)
     assert pd.read_csv(tmp_path / "s.csv")["chosen"].sum() == 2
 
 

@@ -105,6 +105,19 @@ def test_kill_9_of_snakemake_stops_the_job_and_the_next_run_says_how_to_continue
     assert re.search(r"resumed from checkpoint step_\d+", (wd / LOG).read_text())
 
 
+def test_the_continuing_command_unlocks_the_folder_of_the_run(tmp_path):
+    """A run started elsewhere (`--directory`, its own Snakefile and config) is unlocked by the same command:
+    a bare `snakemake --unlock` would unlock the folder the user stands in, and the run would stop again."""
+    from growlm.interrupted import interrupted_run_notice
+
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    argv = ["snakemake", "-s", "/wf/Snakefile", "--directory", str(tmp_path), "--configfile", "a b.yaml", "--cores", "2"]
+    command = interrupted_run_notice(tmp_path, argv).splitlines()[-1].strip()
+    unlock, again = command.split(" && ")
+    assert unlock == f"{again} --unlock" and f"--directory {tmp_path}" in unlock and "'a b.yaml'" in unlock
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_the_training_job_at_a_checkpoint(long_run):
     wd = long_run

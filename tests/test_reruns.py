@@ -92,6 +92,10 @@ TABLE = {
     "members.cost": ("members: {cost: {tokens: 5}}", set(), set()),  # a pretrained member's: none here
     # the members branch from a trunk trained once: their budget (params) and their inputs change
     "members.trunk": ("members: {trunk: 0.5}", {"train_small"}, {"train_trunk"}),
+    # growth before the decay needs wsd members (whose jobs then keep that model too: new outputs); the grow jobs
+    # read it (inputs and params), the annealed members are evaluated as before
+    "members.source": ("{train: {small: {schedule: wsd}}, members: {source: before_decay}}", {"grow", "profile"},
+                       {"train_small"}),
     "train.small.tokens": ("train: {small: {tokens: 14000}}", SMALL_PROFILE, set()),
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
@@ -106,6 +110,15 @@ TABLE = {
     "train.refine.batch_size": ("train: {refine: {batch_size: 4}}", {"refine", "profile"}, set()),
     "train.refine.warmup_steps": ("train: {refine: {warmup_steps: 2}}", {"refine", "profile"}, set()),
     "train.refine.decay_share": ("train: {refine: {decay_share: 0.5}}", {"refine", "profile"}, set()),
+    # a stage's schedule: a wsd member keeps its model where its decay begins (a new output); the refinement
+    # follows train.large's unless it sets its own; the V-cycle's stages keep their cosine (their grow job stays)
+    "train.small.schedule": ("train: {small: {schedule: wsd}}", {"profile"}, {"train_small"}),
+    "train.large.schedule": ("train: {large: {schedule: wsd}}", {"train_baseline", "refine", "profile"}, set()),
+    "train.refine.schedule": ("train: {refine: {schedule: wsd}}", {"refine", "profile"}, set()),
+    "train.schedule": ("train: {schedule: wsd}", {"train_baseline", "refine", "profile"}, {"train_small"}),
+    # read by wsd runs only: the base's cosine runs rerun for neither
+    "train.wsd_decay": ("train: {wsd_decay: 0.3}", set(), set()),
+    "train.wsd_shape": ("train: {wsd_shape: linear}", set(), set()),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),

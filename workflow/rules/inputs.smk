@@ -4,7 +4,7 @@
 import json
 from pathlib import Path
 
-from growlm.experiment import canonical, source_settings, trunk_tokens
+from growlm.experiment import canonical, member_source, source_settings, trunk_tokens
 from growlm.methods import is_single_member_control, members_used
 from growlm.outputs import content_digest
 from growlm.pretrained import TOKENIZER_PARTS, hub_identity
@@ -41,7 +41,7 @@ def _member_files(i):
     return sorted(str(p) for p in Path(spec["where"]).iterdir() if p.is_file())
 
 
-def member_source(wildcards, output):
+def pretrained_where(wildcards, output):
     """Where a pretrained member is imported from (its entry of members.pretrained): a params function of
     the output, so that where it lies reruns nothing (`member_identity` is what it is)."""
     return canonical(PRETRAINED_MEMBERS[int(wildcards.member) - 1])
@@ -92,10 +92,16 @@ def member_dirs(wildcards):
     return [small_dir(c, 1 if single else i) for i in range(1, int(wildcards.n) + 1)]
 
 
+def source_dirs(wildcards):
+    """The folders a grow job reads its members from (members.source): each member, or its model where
+    its wsd decay began."""
+    return [member_source(config, d) for d in member_dirs(wildcards)]
+
+
 def member_models(wildcards):
     """The members a grow job reads: those its chain uses (m_1 alone for a single-source chain; none for
     a schedule), so that a change of m_2 never reruns an arm grown from m_1 alone."""
-    dirs = member_dirs(wildcards)
+    dirs = source_dirs(wildcards)
     return [f"{d}/model.safetensors" for d in dirs[: members_used(wildcards.method, len(dirs))]]
 
 

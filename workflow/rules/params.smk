@@ -62,7 +62,7 @@ def grow_params(wildcards):
         )
     plugins = plugin_files(config, wildcards.method)
     return {
-        "members": member_dirs(wildcards),
+        "members": source_dirs(wildcards),
         **grow_settings(config, wildcards.method),
         # a plugin file is known by its content (rules/inputs.smk), not its date
         **({"plugins": plugins, "plugins_content": content(plugins)} if plugins else {}),

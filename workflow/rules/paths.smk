@@ -8,7 +8,8 @@ import re
 import sys
 from pathlib import Path
 
-from growlm.experiment import level_dir
+from growlm.experiment import level_dir, members_keep_before_decay
+from growlm.train_config import BEFORE_DECAY
 
 MEMBER_TOKENS = f"{R}/tokens/{level_dir(ARM_LEVELS['members'])}"  # + /train.npy, /val.npy
 LARGE_TOKENS = f"{R}/tokens/{level_dir(ARM_LEVELS['large'])}"
@@ -67,6 +68,12 @@ def ensemble_targets():
     if not config["controls"]["ensemble"]:
         return []
     return sorted({ENSEMBLE.format(**c) for c in combos()})
+
+
+def before_decay_output():
+    """A wsd member's model where its decay began (members.source), in its folder: a declared output of
+    its job whenever the members train under wsd, so that choosing members.source retrains nothing."""
+    return {"before_decay": f"{SMALL}/{BEFORE_DECAY}/model.safetensors"} if members_keep_before_decay(config) else {}
 
 
 def small_dir(c, member):

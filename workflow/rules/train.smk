@@ -11,6 +11,7 @@ rule train_small:
         tokenizer=res("tokenizer/tokenizer.json"),
         trunk=trunk_model,
     output:
+        **before_decay_output(),
         model=f"{SMALL}/model.safetensors",
         config=f"{SMALL}/config.json",
         ledger=f"{SMALL}/ledger.csv",
@@ -85,7 +86,7 @@ rule import_member:
         "../envs/growlm.yaml"
     params:
         identity=member_identity,  # its content (a Hub member: its commit): what reruns it
-        source=member_source,  # where it lies (a function of the output): reruns nothing
+        source=pretrained_where,  # where it lies (a function of the output): reruns nothing
         context=config["model"]["context"],
     script:
         "../scripts/import_member.py"

@@ -26,6 +26,9 @@ from torch.distributed.fsdp import FSDPModule
 from growlm.errors import sha256
 
 MANIFEST = "manifest.json"
+# under wsd, the checkpoint where the decay begins (growlm.train), kept beside the step_* ones and never pruned
+# with them: a member is grown from it before its decay (growlm.runner.save_before_decay)
+DECAY_START = "decay_start"
 
 
 def _rank() -> int:
@@ -116,12 +119,13 @@ def _model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, state: dict, *, keep: int = 2) -> Path:
-    """Write `step_<step>/` atomically and keep only the newest `keep` checkpoints."""
+                    optimizer: torch.optim.Optimizer, state: dict, *, keep: int = 2, name: str | None = None) -> Path:
+    """Write `step_<step>/` atomically and keep only the newest `keep` checkpoints; with `name`, a
+    checkpoint of that name (`DECAY_START`), which no other is pruned for and none prunes."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    final = ckpt_dir / f"step_{step:08d}"
-    tmp = ckpt_dir / f".tmp_step_{step:08d}"
+    final = ckpt_dir / (name or f"step_{step:08d}")
+    tmp = ckpt_dir / f".tmp_{name or f'step_{step:08d}'}"
     model_tensors = _model_tensors(model)  # collectives under FSDP2: every rank takes part
     opt_tensors, opt_meta = _optimizer_to_flat(optimizer, model)
     if _rank() != 0:  # only rank 0 writes; the others wait until the checkpoint is whole
@@ -141,7 +145,7 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
             os.fsync(fh.fileno())
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in sorted(ckpt_dir.glob("step_*"))[:-keep]:
+    for old in sorted(ckpt_dir.glob("step_*"))[:-keep] if name is None else ():
         shutil.rmtree(old, ignore_errors=True)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
@@ -234,26 +238,33 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
                 log(f"not resuming from the checkpoints in {ckpt_dir}: they belong to another run of this job (other "
                     f"{why}); removing {len(stale)} of them and starting from the beginning")
                 if _rank() == 0:
-                    for old in stale:
+                    for old in [*stale, ckpt_dir / DECAY_START]:  # that run's decay start too
                         shutil.rmtree(old, ignore_errors=True)
                 if dist.is_available() and dist.is_initialized():
                     dist.barrier()
                 return None
-        tensors = load_file(path / "model.safetensors")
-        core = getattr(model, "module", model)  # DDP: the checkpoint holds the unwrapped names
-        if is_fsdp(core):
-            missing, unexpected = set_model_state_dict(
-                core, tensors, options=StateDictOptions(full_state_dict=True, strict=False))
-        else:
-            missing, unexpected = core.load_state_dict(tensors, strict=False)
-        saved = set(tensors)
-        shared = {n for n, t in core.state_dict().items() if n not in saved}
-        if unexpected or (set(missing) - shared):
-            raise RuntimeError(f"checkpoint {path} does not fit the model "
-                               f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
-        _optimizer_from_flat(optimizer, load_file(path / "optimizer.safetensors"),
-                             json.loads((path / "optimizer.json").read_text()), core)
-        state = json.loads((path / "state.json").read_text())
+        state = restore(path, model, optimizer)
         log(f"resumed from checkpoint {path.name} (step {state['step']})")
         return state
     return None
+
+
+def restore(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Load the checkpoint at `path` (verified by the caller) into `model` and `optimizer`; return its
+    state."""
+    path = Path(path)
+    tensors = load_file(path / "model.safetensors")
+    core = getattr(model, "module", model)  # DDP: the checkpoint holds the unwrapped names
+    if is_fsdp(core):
+        missing, unexpected = set_model_state_dict(
+            core, tensors, options=StateDictOptions(full_state_dict=True, strict=False))
+    else:
+        missing, unexpected = core.load_state_dict(tensors, strict=False)
+    saved = set(tensors)
+    shared = {n for n, t in core.state_dict().items() if n not in saved}
+    if unexpected or (set(missing) - shared):
+        raise RuntimeError(f"checkpoint {path} does not fit the model "
+                           f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
+    _optimizer_from_flat(optimizer, load_file(path / "optimizer.safetensors"),
+                         json.loads((path / "optimizer.json").read_text()), core)
+    return json.loads((path / "state.json").read_text())

@@ -27,6 +27,7 @@ from growlm.methods import OPERATORS, is_single_member_control, members_used
 from growlm.modes import NOT_RECORDED, arm_mode, job_mode
 from growlm.pretrained import member_cost_flops, shape_of_config
 from growlm.tokens import load_tokens
+from growlm.train_config import TrainConfig
 
 
 LEDGER_NUMBERS = ("step", "tokens", "flops", "wall_s", "train_loss", "val_loss", "peak_mem_mb")
@@ -171,6 +172,32 @@ def members_described(growth: Growth, pretrained: dict | None = None) -> dict:
             "members_dtype": "; ".join(dict.fromkeys(dtypes))}
 
 
+def schedule_of(model_dir: Path) -> str:
+    """The learning-rate schedule a model was trained with, in words (`TrainConfig.schedule_text`), from
+    its growlm.json; empty for a folder without one."""
+    meta = Path(model_dir) / "growlm.json"
+    config = (read_json(meta).get("train") or {}).get("config") if meta.is_file() else None
+    return TrainConfig.from_dict(config).schedule_text() if config else ""
+
+
+def grown_from(growth: Growth) -> str:
+    """Which model of each member the growth read (`members.source`): 'annealed', or 'before decay (step k
+    of K)' for members read where their wsd decay began (`growlm.runner.save_before_decay`)."""
+    points = []
+    for m in growth_cost(growth)["members"]:
+        meta = Path(m["dir"]) / "growlm.json"
+        where = read_json(meta).get("before_decay") if meta.is_file() and m.get("role") != "trunk" else None
+        if where:
+            points.append(f"step {where['step']} of {where['of']}")
+    return f"before decay ({', '.join(dict.fromkeys(points))})" if points else "annealed"
+
+
+def tokens_per_param(budget: int, model_dir: Path) -> dict:
+    """M_0's budget in tokens per parameter, non-embedding (Kaplan et al.'s count, the one scaling laws and
+    most growth papers state) and total, so that a saving can be set beside the published ones."""
+    shape = shape_of_config(read_json(Path(model_dir) / "config.json"), str(model_dir))
+    return {"tokens_per_param": budget / (shape.n_params - shape.embedding_params),
+            "tokens_per_param_total": budget / shape.n_params}
 def _source_of(member_dir, meta: dict, pretrained: dict | None) -> str:
     """Where a pretrained member lies: its entry of members.pretrained (the folder models/pretrained/m2 is
     entry 2), else where the import read it."""
@@ -290,6 +317,10 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "members_used": n_members,
         "m0_lr": m0_lr,
         "m1_lr": combo["lr"],
+        **tokens_per_param(int(combo["budget"]), base_dir),
+        "m0_schedule": schedule_of(base_dir),
+        "m1_schedule": schedule_of(ref_dir),
+        "members_grown_from": grown_from(growth) if used else "",
         "m0_final_val_loss": m0_final,
         "m1_final_val_loss": m1_final,
         "m1_step0_val_loss": float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[0]),

@@ -21,7 +21,7 @@ from growlm.family_specs import DEFAULT_FAMILY, family_spec
 from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, method_chain, refine_names
 from growlm.recipes import grow_recipe, refine_recipe
 from growlm.outputs import results_dir
-from growlm.train_config import TrainConfig
+from growlm.train_config import BEFORE_DECAY, TrainConfig
 
 SWEEP_KEYS = ("d0", "L0", "d1", "L1", "n", "methods", "seeds")
 STAGE_SECTIONS = {"small": ("small",), "large": ("large",), "refine": ("large", "refine")}  # of config["train"]
@@ -146,6 +146,18 @@ def member_train(config: dict, *, seed: int, member: int | None) -> dict:
         return train_settings(config, "small", seed=member_seed(seed, 0), tokens=trunk)
     tokens = int(config["train"]["small"]["tokens"]) - trunk
     return train_settings(config, "small", seed=member_seed(seed, member), tokens=tokens if trunk else None)
+
+
+def members_keep_before_decay(config: dict) -> bool:
+    """Whether the members train under wsd, and so each keeps its model where the decay begins (a
+    declared output of its job, `BEFORE_DECAY` in its folder)."""
+    return train_config(config, "small", seed=0).schedule == "wsd"
+
+
+def member_source(config: dict, member_dir: str) -> str:
+    """The folder of a member that the growth operators read (`members.source`): the member itself
+    (annealed), or its model where its wsd decay began."""
+    return f"{member_dir}/{BEFORE_DECAY}" if config["members"]["source"] == "before_decay" else member_dir
 
 
 def member_shard(config: dict, member: int) -> list[int] | dict | None:

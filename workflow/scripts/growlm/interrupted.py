@@ -49,4 +49,4 @@ def interrupted_run_notice(workdir: str | Path, argv: list[str]) -> str | None:
     again = " ".join([prog, *map(shlex.quote, argv[1:])])
     return ("growlm: a previous run in this folder was interrupted and left Snakemake's lock (no Snakemake is "
             "running here now). Its jobs stopped at their last checkpoint; this command continues the run:\n"
-            f"    {prog} --unlock && {again}")
+            f"    {again} --unlock && {again}")  # the same folder, Snakefile and config: --unlock of this run

@@ -2,7 +2,7 @@
 (torch-free: the Snakefile resolves the grow and refine jobs' settings with it).
 
 growlm refines every grown model with one common recipe (fresh AdamW, `train.refine.warmup_steps` of
-warm-up to the large arms' peak rate, cosine decay over the budget). Where a method's paper prescribes
+warm-up to the large arms' peak rate, decay over the budget by the refinement's `train.schedule`). Where a method's paper prescribes
 its own, it is applied here on top, and a user's settings override it (`grow.options.<operator>`, the
 `vcycle` and `apollo` keys). What each paper prescribes, and what growlm chose where a paper says
 nothing that carries to a small run, is listed in `RECIPES` (docs/methods.md shows it):
@@ -17,13 +17,18 @@ from growlm.methods import LEARNED_MIN_STEPS, LEARNED_SHARE, OPERATORS, SCHEDULE
 
 # LEMON's refinement: the same peak rate, its cosine reaching the floor after this share of the budget
 LEMON_DECAY_SHARE = Fraction(2, 3)
+# the V-cycle's own stages (its grow job) decay as its authors' do, by a cosine from their start, whatever the large
+# arms' `train.schedule`: its first stage is all warm-up, which no decay at the end could follow. The refinement
+# after it (its last stage, at the peak rate without re-warm-up) takes the refinement's schedule, as Apollo's does
+VCYCLE_STAGE_SCHEDULE = "cosine"
 
 RECIPES = {
     "vcycle": "the authors' GPT-2 V-cycle: the large model trained briefly (all warm-up), coalesced (layer i "
               "with i + L/2, head h with h + H/2), the coarse model trained at 4x the rate with a fresh "
               "optimizer, de-coalesced and interpolated (alpha 0.5) with the weights from before coalescing; "
               "then the large model trains `vcycle.final_share` (half) of the budget at the peak rate, no "
-              "re-warm-up. Stage lengths are shares of the budget (`vcycle.*`)",
+              "re-warm-up. Stage lengths are shares of the budget (`vcycle.*`); the stages decay by a cosine "
+              "whatever `train.schedule` says, the last stage (the refinement) follows it",
     "apollo": "the authors' GPT-2 script: shared layers and sampled depth for the first quarter of the run "
               "(`apollo.share`), stages of 1, 2, 4.. unique blocks as long as their block counts say, "
               "at the run's rate with 2.5% of it as warm-up; then the full model for the rest "
@@ -31,7 +36,7 @@ RECIPES = {
     "lemon": f"the paper: the same peak rate, a faster decay - growlm's cosine reaches its floor after "
              f"{LEMON_DECAY_SHARE} of the refinement (the paper gives no share; growlm's choice: the scratch "
              f"run's length less the saving the paper reports for BERT, a third; `train.refine.decay_share` "
-             f"sets another)",
+             f"sets another); under `train.schedule: wsd` the whole schedule, its decay included, ends there",
     "hyperclone": "the paper's symmetry-breaking noise: cancelling +N/-N pairs at 10 dB signal-to-noise "
                   "(`noise: 0.316` of each matrix's std, the operator's default)",
     "ligo": f"trained {LEARNED_SHARE} of the shortest refinement's steps (at least {LEARNED_MIN_STEPS}): the "

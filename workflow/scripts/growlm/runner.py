@@ -13,7 +13,8 @@ data (the member's shard or cluster of books), with which settings, and where th
    (`train_with_replanning`: on a CUDA out-of-memory error it steps one rung down the plan's ladder,
    writes the smaller plan and resumes from the last checkpoint - in one process at once, under
    torchrun by exiting so that the retried job resumes) and saves the model (rank 0 writes);
-3. it copies the plan beside the model, removes the finished run's checkpoints and logs the result.
+3. it copies the plan beside the model, keeps a member's model from where its wsd decay began
+   (`save_before_decay`), removes the finished run's checkpoints and logs the result.
 
 So torchrun is how a job is launched, not a second copy of it: the model, the data, the ledger, the
 saved files and the log lines are the same either way.
@@ -22,6 +23,7 @@ saved files and the log lines are the same either way.
 from __future__ import annotations
 
 import copy
+import csv
 import gc
 import json
 import os
@@ -37,18 +39,19 @@ import torch
 from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, ranks_where, save_full_model, wrap_model
-from growlm.errors import GrowlmError, digest, package_env, stop_with_parent
+from growlm.errors import GrowlmError, digest, package_env, read_json, stop_with_parent
 from growlm.gpus import held_fds
 from growlm.launch import node_command, rendezvous_endpoint, slurm_allocation, standalone_command
 from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
-from growlm.model import build_model
+from growlm.model import build_model, load_model, save_model
+from growlm.optim_state import save_moments
 from growlm.refiners import REFINERS
 from growlm.shape import ModelShape
 from growlm.tokens import book_clusters, cluster as take_cluster, load_tokens, shard as take_shard, token_sources
-from growlm.train import train
-from growlm.train_config import TrainConfig
+from growlm.train import LEDGER_COLUMNS, make_optimizer, train
+from growlm.train_config import BEFORE_DECAY, TrainConfig
 
 PLAN_FILE = "plan.json"  # beside the checkpoints, and copied beside the saved model
 
@@ -175,6 +178,7 @@ class TrainingJob:
     ledger_file: str | None = None  # default CKPT/ledger.csv (copied beside the saved model)
     summary_file: str | None = None  # where rank 0 writes train()'s summary (a launch reads it there)
     plugins: list = field(default_factory=list)  # grow.plugins files whose refiners the run uses
+    keep_before_decay: bool = False  # a member under wsd: keep its model where the decay began (BEFORE_DECAY)
 
     def __post_init__(self):
         self.ckpt_dir = str(self.ckpt_dir or checkpoint.checkpoint_dir_for(self.out_dir))
@@ -359,7 +363,8 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
     where = (f"{nodes} nodes x {nproc} process{'es' if nproc > 1 else ''}" if nodes > 1
              else f"{nproc} processes" if nproc > 1 else job.cfg.device)
     log(f"training {job.info.get('role')} ({shape.n_params} parameters) for {job.cfg.steps} steps of "
-        f"{job.cfg.batch_size}x{job.cfg.context} tokens on {where}; checkpoints in {ckpt}")
+        f"{job.cfg.batch_size}x{job.cfg.context} tokens on {where}, {job.cfg.schedule_text()} schedule"
+        f"{'' if job.cfg.decay_start is None else f' decaying from step {job.cfg.decay_start}'}; checkpoints in {ckpt}")
     if world > 1 and not job.start:
         raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
     if alloc is not None:
@@ -372,6 +377,44 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
     else:
         summary = execute(job, model=model, log=log)
     shutil.copy(plan_path, Path(job.out_dir) / "plan.json")
+    if job.keep_before_decay and job.cfg.decay_start is not None:
+        save_before_decay(job, log)
     checkpoint.remove_finished(ckpt)
     log(f"saved {job.out_dir}; final val loss {summary.get('final_val_loss')}")
     return summary
+
+
+def save_before_decay(job: TrainingJob, log=job_log) -> Path:
+    """A finished wsd member's model where its decay began, as a model folder `BEFORE_DECAY` inside the
+    member's (what `members.source: before_decay` grows from): the weights of the run's `DECAY_START`
+    checkpoint, its ledger up to there (ending with the evaluation made at that step), the AdamW moments
+    then (for carry) and a growlm.json whose training cost is what was trained up to there - FLOPs,
+    tokens and wall time (compilation apart) at that step - so that the comparison counts exactly that.
+    The checkpoint belongs to this very run: the loop writes it when it passes the step, and a resume
+    from another run's checkpoints removes it with them (`growlm.checkpoint.load_latest`)."""
+    snap = Path(job.ckpt_dir) / checkpoint.DECAY_START
+    problem = checkpoint.verify(snap) if snap.is_dir() else "it was not written"
+    if problem:
+        raise GrowlmError(f"{job.info.get('role')}: the checkpoint where its wsd decay begins ({snap}) is unusable "
+                          f"({problem}); remove {job.out_dir} and run the workflow again to retrain it")
+    model = load_model(job.out_dir)  # the member's architecture, given the weights from where its decay began
+    optimizer = make_optimizer(model, job.cfg.with_(device="cpu"))
+    state = checkpoint.restore(snap, model, optimizer)
+    last = state["rows"][-1]  # the evaluation at the decay's first step
+    out = Path(job.out_dir) / BEFORE_DECAY
+    info = read_json(Path(job.out_dir) / "growlm.json")
+    train_info = {"steps": state["step"], "tokens": last["tokens"], "flops": last["flops"], "wall_s": state["wall_s"],
+                  "compile_s": state.get("compile_s", 0.0), "final_val_loss": last["val_loss"],
+                  "config": job.cfg.to_dict()}
+    save_model(model, out, tokenizer_dir=job.tokenizer_dir,
+               extra={**info, "train": train_info, "before_decay": {"step": state["step"], "of": job.cfg.steps,
+                                                                    "annealed": str(job.out_dir)}})
+    with open(out / "ledger.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=LEDGER_COLUMNS)
+        w.writeheader()
+        w.writerows({k: r.get(k, "") for k in LEDGER_COLUMNS} for r in state["rows"])
+    if job.cfg.save_moments:
+        save_moments(out / Path(job.cfg.save_moments).name, model, optimizer)
+    log(f"kept the model where the decay began (step {state['step']} of {job.cfg.steps}, val loss "
+        f"{last['val_loss']}): {out}")
+    return out

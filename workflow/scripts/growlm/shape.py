@@ -196,3 +196,10 @@ class ModelShape:
     @property
     def n_params(self) -> int:
         return self.n_layer * self.block_params + self.root_params
+
+    @property
+    def embedding_params(self) -> int:
+        """The token embedding, a learned position table and an untied head: what a count of
+        non-embedding parameters (`n_params - embedding_params`, Kaplan et al.'s N) leaves out."""
+        positions = self.T * self.d if self.learned_positions else 0
+        return self.V * self.d * (1 if self.tied else 2) + positions

@@ -1,12 +1,15 @@
 """The training loop every model goes through: small members, the baseline M_0, the refinement M_1.
 
-A plain PyTorch loop: AdamW, linear warm-up then cosine decay to `min_lr_ratio * lr`, gradient
-clipping, a token budget, evaluation every `eval_interval` steps, a resumable checkpoint every
-`checkpoint_every` steps, and a ledger row per evaluation (plus one per step for the first
-`dense_log_steps` steps, so loss spikes right after growth show). Batches depend only on
-(seed, step), so on CPU a resumed run is bitwise identical to an uninterrupted one in the same mode
-(`growlm.modes`: torch.compile and the CPU threads change the last digits; every ledger row names its mode,
-and a resume in another mode says so).
+A plain PyTorch loop: AdamW, linear warm-up then cosine decay to `min_lr_ratio * lr` (or wsd: the
+peak held, then a decay at the end; `TrainConfig.lr_at`), gradient clipping, a token budget,
+evaluation every `eval_interval` steps, a resumable checkpoint every `checkpoint_every` steps, and a
+ledger row per evaluation (plus one per step for the first `dense_log_steps` steps, so loss spikes
+right after growth show). Batches depend only on (seed, step), so on CPU a resumed run is bitwise
+identical to an uninterrupted one in the same mode (`growlm.modes`: torch.compile and the CPU threads
+change the last digits; every ledger row names its mode, and a resume in another mode says so). Under
+wsd the run is also evaluated where its decay begins and keeps a checkpoint there
+(`checkpoint.DECAY_START`, beside the others), from which a member is grown before its decay
+(`growlm.runner.save_before_decay`).
 
 Grown models with growth masks (MSG, concat) expose `growth_step(step)`; the loop calls it before
 every step. SIGTERM, SIGUSR1 (SLURM's pre-emption warning) and SIGINT (Ctrl-C) make the loop write a
@@ -68,15 +71,8 @@ def _world() -> tuple[int, int]:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine decay to `min_lr_ratio * lr` at the end (with
-    `decay_share` < 1: after that share of the steps, then held at the floor)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    end = cfg.steps if cfg.decay_share >= 1 else max(cfg.warmup_steps + 1, int(cfg.steps * cfg.decay_share))
-    progress = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
-    progress = min(1.0, progress)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
+    """The rate of `step` under the run's schedule (`TrainConfig.lr_at`: cosine or wsd)."""
+    return cfg.lr_at(step)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -379,9 +375,9 @@ class Run:
             self.live.row(row)
         return row
 
-    def save_checkpoint(self, done: int) -> None:
+    def save_checkpoint(self, done: int, name: str | None = None) -> None:
         _write_ledger(self.ledger_path, self.rows)
-        checkpoint.save_checkpoint(self.ckpt_dir, done, self.model, self.optimizer,
+        checkpoint.save_checkpoint(self.ckpt_dir, done, self.model, self.optimizer, name=name, state=
                                    {"step": done, "wall_s": self.wall(), "compile_s": self.compile_time(), "rows": self.rows, "running": self.running,
                                     "mode": self.mode,
                                     "fingerprint": self.run_id, "identity": self.identity,
@@ -437,7 +433,7 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             pending.add(step, run.forward_backward(step))
             run.optimizer_step(step)
             done = step + 1
-            is_eval = done % cfg.eval_interval == 0 or done == cfg.steps
+            is_eval = done % cfg.eval_interval == 0 or done == cfg.steps or done == cfg.decay_start
             # -- sync: read the losses wherever a value or one decision of all ranks is needed (every
             # sync_interval steps; an evaluation, a dense ledger row, a checkpoint, the last step; a stop
             # request in one process - with several, it waits for the next sync point)
@@ -461,6 +457,8 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
             # -- checkpoint
             if done % cfg.checkpoint_every == 0 or stopping:
                 run.save_checkpoint(done)
+            if done == cfg.decay_start:  # wsd: the model where its decay begins, kept apart from the others
+                run.save_checkpoint(done, name=checkpoint.DECAY_START)
             profiler_step()
             if step_callback is not None:
                 step_callback(done)

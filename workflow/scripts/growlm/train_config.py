@@ -32,6 +32,7 @@ tests/test_defaults.py checks both.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
@@ -85,6 +86,15 @@ def compile_from_env() -> bool | str:
     return json.loads(os.environ.get(COMPILE_ENV, "false"))
 
 
+# the learning-rate schedules (`train.schedule`) and the shapes of a wsd decay (`train.wsd_shape`): each shape
+# maps the decay's progress p in [0, 1] to the share of the way from the floor to the peak still left
+SCHEDULES = ("cosine", "wsd")
+DECAY_SHAPES = {"linear": lambda p: 1.0 - p, "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
+                "1-sqrt": lambda p: 1.0 - math.sqrt(p)}
+WSD_FIELDS = ("wsd_decay", "wsd_shape")  # what only a wsd run reads
+# in a wsd member's folder: its model where the decay began (growlm.runner.save_before_decay, members.source)
+BEFORE_DECAY = "before_decay"
+
 SYNC_EVERY_CUDA = 32  # sync_every 0 (automatic): read the losses every step on a CPU, every 32 steps on CUDA
 
 
@@ -94,9 +104,12 @@ class TrainConfig:
     batch_size: int  # global batch, sequences per optimizer step (all processes together)
     context: int = SCHEMA_DEFAULTS["context"]  # tokens per sequence
     lr: float  # peak learning rate
-    min_lr_ratio: float = SCHEMA_DEFAULTS["min_lr_ratio"]  # cosine decay ends at min_lr_ratio * lr
-    decay_share: float = 1.0  # the cosine reaches its floor after this share of the steps (LEMON's faster decay)
+    min_lr_ratio: float = SCHEMA_DEFAULTS["min_lr_ratio"]  # the decay ends at min_lr_ratio * lr
+    decay_share: float = 1.0  # the decay reaches its floor after this share of the steps (LEMON's faster decay)
     warmup_steps: int  # linear warm-up
+    schedule: str = SCHEMA_DEFAULTS["schedule"]  # cosine, or wsd: warm-up, stable at the peak, then a decay
+    wsd_decay: float = SCHEMA_DEFAULTS["wsd_decay"]  # wsd: the share of the steps the decay takes, at the end
+    wsd_shape: str = SCHEMA_DEFAULTS["wsd_shape"]  # wsd: the decay's shape (DECAY_SHAPES)
     weight_decay: float = SCHEMA_DEFAULTS["weight_decay"]
     beta1: float = 0.9
     beta2: float = 0.95
@@ -129,6 +142,43 @@ class TrainConfig:
     @property
     def steps(self) -> int:
         return max(1, self.tokens // (self.batch_size * self.context))
+
+    # -- the learning-rate schedule -------------------------------------------------------------
+    @property
+    def decay_end(self) -> int:
+        """The step count at which the rate reaches its floor (held there after): the last step, or with
+        `decay_share` < 1 that share of the steps."""
+        return self.steps if self.decay_share >= 1 else max(self.warmup_steps + 1, int(self.steps * self.decay_share))
+
+    @property
+    def decay_start(self) -> int | None:
+        """wsd: the step count after which the decay begins (the last `wsd_decay` of the steps up to
+        `decay_end`, at least one step); every step before it ran at the warm-up's or the peak rate. None
+        under the cosine, which decays from the end of its warm-up on."""
+        if self.schedule != "wsd":
+            return None
+        end = self.decay_end
+        return end - max(1, round(self.wsd_decay * end))
+
+    def lr_at(self, step: int) -> float:
+        """The rate of step `step` (from 0): linear warm-up over `warmup_steps`, then, under the cosine,
+        cosine decay to `min_lr_ratio * lr` at `decay_end`; under wsd, the peak rate until
+        `decay_start`, then the decay of shape `wsd_shape` to the same floor at `decay_end`. The
+        cosine's arithmetic is the one growlm always used, so its runs are the same to the last bit."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        end, floor = self.decay_end, self.lr * self.min_lr_ratio
+        if self.schedule == "wsd":
+            start = self.decay_start
+            if step < start:
+                return self.lr
+            return floor + (self.lr - floor) * DECAY_SHAPES[self.wsd_shape](min(1.0, (step - start) / (end - start)))
+        progress = min(1.0, (step - self.warmup_steps) / max(1, end - self.warmup_steps))
+        return floor + 0.5 * (self.lr - floor) * (1 + math.cos(math.pi * progress))
+
+    def schedule_text(self) -> str:
+        """The schedule in words, for the log and the report: 'cosine' or 'wsd (last 20%, 1-sqrt)'."""
+        return f"wsd (last {self.wsd_decay:.0%}, {self.wsd_shape})" if self.schedule == "wsd" else self.schedule
 
     @property
     def compile_mode(self) -> str | None:
@@ -176,8 +226,11 @@ class TrainConfig:
 
     def run_settings(self) -> dict:
         """The settings that make a run what it is (a rule's params; with `inputs`, the checkpoint's
-        identity)."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.HOW_FIELDS and k != "inputs"}
+        identity). A cosine run does not read the schedule's keys, so they are left out: its params and
+        checkpoints are those of a run made before there was a choice of schedule, and a change of a
+        wsd-only key reruns nothing that does not read it."""
+        skip = {*self.HOW_FIELDS, "inputs", *(("schedule", *WSD_FIELDS) if self.schedule == "cosine" else ())}
+        return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def with_(self, **changes) -> "TrainConfig":
         return replace(self, **changes)
@@ -192,6 +245,9 @@ class TrainConfig:
             raise GrowlmError(f"learning rate must be positive, got {self.lr}")
         if not 0 < self.decay_share <= 1:
             raise GrowlmError(f"decay_share must be in (0, 1], got {self.decay_share}")
+        problem = self.schedule_problem()
+        if problem:
+            raise GrowlmError(problem)
         if self.compile not in (True, False) and self.compile not in COMPILE_MODES:
             raise GrowlmError(f"unknown compile setting {self.compile!r}; true, false or one of {COMPILE_MODES}")
         if self.sync_every < 0:
@@ -204,3 +260,21 @@ class TrainConfig:
         if (self.batch_size // world) % mb:
             raise GrowlmError(f"micro_batch_size {mb} does not divide the per-process batch "
                               f"{self.batch_size // world}")
+
+    def schedule_problem(self) -> str | None:
+        """Why this run cannot take its schedule (None: it can), in words a config check can name a stage
+        with (`growlm.validate`): an unknown schedule or shape, or a wsd decay that would begin inside the
+        warm-up."""
+        if self.schedule not in SCHEDULES:
+            return f"unknown schedule {self.schedule!r}; one of {', '.join(SCHEDULES)}"
+        if self.schedule != "wsd":
+            return None
+        if self.wsd_shape not in DECAY_SHAPES:
+            return f"unknown wsd decay shape {self.wsd_shape!r}; one of {', '.join(DECAY_SHAPES)}"
+        if not 0 < self.wsd_decay <= 1:
+            return f"wsd_decay must be in (0, 1], got {self.wsd_decay}"
+        if self.decay_start < self.warmup_steps:
+            return (f"its wsd decay ({self.decay_end - self.decay_start} of {self.steps} steps) would begin at step "
+                    f"{self.decay_start}, inside its warm-up of {self.warmup_steps} steps; a smaller wsd_decay, a "
+                    f"shorter warm-up or a longer budget")
+        return None

@@ -39,8 +39,8 @@ import yaml
 
 from growlm.config_values import coerce, coerce_options, schema_problems
 from growlm.errors import GrowlmError, package_env
-from growlm.experiment import (arm_levels, grow_settings, model_settings, normalise_sweep,
-                               plugin_files, refine_steps, trunk_tokens)
+from growlm.experiment import (arm_levels, grow_settings, member_train, model_settings, normalise_sweep,
+                               plugin_files, refine_settings, refine_steps, train_config, trunk_tokens)
 from growlm.family_specs import FAMILY_SPECS, family_spec
 from growlm import pretrained
 from growlm.live import tracker_problems
@@ -52,6 +52,7 @@ from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
 from growlm.sizing import shard_problems
 from growlm.sources import kind as sources_kind, local_files
+from growlm.train_config import TrainConfig
 
 # ----------------------------------------------------------------------------------------------
 # the experiment
@@ -206,6 +207,35 @@ def _schedule_problems(config: dict, sweep: dict) -> list[str]:
     return out
 
 
+def _lr_schedule_problems(config: dict, sweep: dict) -> list[str]:
+    """Every training job's learning-rate schedule must fit its steps (`TrainConfig.schedule_problem`: a
+    wsd decay that would begin inside the warm-up), each stage named with the budget and method where it
+    depends on them; and growth before the decay (members.source) needs members that have one."""
+    out, seed = [], sweep["seeds"][0]
+    jobs = [("train.small (the members)", member_train(config, seed=seed, member=1))]
+    if trunk_tokens(config):
+        jobs.append(("train.small (the members' shared trunk)", member_train(config, seed=seed, member=None)))
+    for budget, lr in itertools.product(sweep["budgets"], sweep["lrs"][:1]):
+        jobs.append((f"train.large (M_0, budget {budget})",
+                     train_config(config, "large", seed=seed, tokens=int(budget), lr=float(lr)).run_settings()))
+        for method in dict.fromkeys(method_id(m) for m in sweep["methods"]):
+            jobs.append((f"train.refine ({method}, budget {budget})",
+                         refine_settings(config, method, seed=seed, tokens=int(budget), lr=float(lr))))
+    for what, settings in jobs:
+        problem = TrainConfig.from_dict(settings).schedule_problem()
+        if problem:
+            out.append(f"{what}: {problem}")
+    source = config["members"]["source"]
+    if source == "before_decay":
+        if config["members"].get("pretrained"):
+            out.append("members.source = before_decay: members.pretrained were trained elsewhere and have no model "
+                       "from before a decay; use members.source: annealed")
+        elif train_config(config, "small", seed=seed).schedule != "wsd":
+            out.append("members.source = before_decay: the members train under the cosine, which decays from its "
+                       "warm-up on; set train.small.schedule (or train.schedule) to wsd")
+    return out
+
+
 def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | str | None]) -> list[str]:
     out = []
     sources = config["corpus"]["sources"]
@@ -283,7 +313,7 @@ def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dic
     out += _head_problems(config, sweep) + _size_problems(sweep) + _corpus_problems(config, resolve_source)
     out += shard_problems(config, resolve_source)
     out += _method_problems(config, sweep)
-    out += _budget_problems(config, sweep) + _schedule_problems(config, sweep)
+    out += _budget_problems(config, sweep) + _schedule_problems(config, sweep) + _lr_schedule_problems(config, sweep)
     out += tracker_problems((config.get("train") or {}).get("log_to"))
     return out
 

@@ -70,10 +70,12 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
                 compile_ramps: bool = False, sync_every: int = 0, keep_moments: bool = False,
                 init_from: str | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
-    optimizer-state carry-over) or the baseline M_0. `train`: `growlm.experiment.train_settings`;
-    `model`: `growlm.experiment.model_settings`. How it runs (the rule's `how`): `gpus` (per node; torchrun
-    with several, when they are visible; a GPU asked for but absent means the CPU), `nodes` (one torchrun
-    agent on each node of the job's SLURM allocation, each task with `cpus_per_task`), `gpu_share` (of each
+    optimizer-state carry-over, and under wsd its model where the decay began, with the moments then,
+    for growth before the decay: `growlm.runner.save_before_decay`) or the baseline M_0. `train`:
+    `growlm.experiment.train_settings`; `model`: `growlm.experiment.model_settings`. How it runs (the rule's
+    `how`): `gpus` (per node; torchrun with several, when they are visible; a GPU asked for but absent means
+    the CPU), `nodes` (one torchrun agent on each node of the job's SLURM allocation, each task with
+    `cpus_per_task`), `gpu_share` (of each
     GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
     `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
     two reads of the losses on the host; 0: automatic)."""
@@ -85,7 +87,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     info = {"role": role, "init_seed": init_seed, "data_seed": cfg.seed, "shard": shard}
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"build": {**spec, "seed": init_seed}}, info=info, shard=shard,
-                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share)
+                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, keep_before_decay=keep_moments)
     if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
         job.info["init_from"] = str(init_from)
         return run_job(job, model=branch_of(init_from, spec))

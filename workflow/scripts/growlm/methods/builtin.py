@@ -14,6 +14,7 @@ from typing import Callable
 from growlm.errors import GrowlmError
 from growlm.methods.spec import GROW_NEEDS, REFINE, SCHEDULE, OperatorSpec
 from growlm.shape import ModelShape
+from growlm.train_config import WSD_FIELDS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -101,7 +102,9 @@ def _vcycle_settings(config: dict, *, model: dict, seed: int, reference: int, lr
     """The V-cycle's grow job: its stages are shares of the reference budget's steps at the large arms'
     rate (`train(seed)`: their settings there); `final_share`/`final_warmup` are the refinement's."""
     stages = {k: v for k, v in config["vcycle"].items() if k not in ("final_share", "final_warmup")}
-    return {"vcycle": stages, "train": train(seed + 104729), "model": model,
+    # the stages keep their authors' cosine whatever the large arms' schedule (growlm.recipes): not read here
+    settings = {k: v for k, v in train(seed + 104729).items() if k not in ("schedule", *WSD_FIELDS)}
+    return {"vcycle": stages, "train": settings, "model": model,
             "memory_limit_gb": config["resources"]["memory_limit_gb"]}
 
 

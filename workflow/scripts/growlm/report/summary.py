@@ -61,6 +61,31 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
             f"(M_0: {m0:.3f}).")
 
 
+def _per_param(group: pd.DataFrame) -> str:
+    """M_0's budget in tokens per parameter (non-embedding, and total), as published savings are stated."""
+    if "tokens_per_param" not in group:
+        return ""
+    return (f" ({group['tokens_per_param'].iloc[0]:.3g} tokens per non-embedding parameter, "
+            f"{group['tokens_per_param_total'].iloc[0]:.3g} per parameter)")
+
+
+def _schedule(group: pd.DataFrame) -> str:
+    """The learning-rate schedules, where they are not all the cosine; and the members' point of growth
+    where it is not their end (members.source)."""
+    if "m0_schedule" not in group:
+        return ""
+    said = group[["m0_schedule", "m1_schedule", "members_grown_from"]].fillna("").astype(str)  # "": not recorded
+    m0, m1 = said["m0_schedule"].iloc[0], "; ".join(s for s in dict.fromkeys(said["m1_schedule"]) if s)
+    text = "" if not m0 or m0 == m1 == "cosine" else (f" under the {m0} schedule" if m0 == m1 else
+                                                      f" under the {m0} schedule (the refinements: {m1 or '?'})")
+    before = said[said["members_grown_from"].str.startswith("before decay")]
+    if len(before):
+        where = before["members_grown_from"].iloc[0].removeprefix("before decay (").rstrip(")")
+        text += (f", the members grown where their wsd decay began ({where}; their training up to there is the "
+                 f"cost counted, the annealed members are evaluated)")
+    return text
+
+
 def _ratios(values) -> str:
     return ", ".join(f"{v:.2f}" if v == v else "not reached" for v in values)
 
@@ -177,9 +202,9 @@ def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
                      f"training time unknown, so no wall ratio counts it){over}:")
         else:
             start = f"starts from {n} small model{'s' if n != 1 else ''} of width {d0}, {layers(L0)}{over}:"
-        out.append(f"M_0 (width {d1}, {layers(L1)}) trained from scratch for {int(budget):,} tokens ends at "
-                   f"validation loss {group['m0_final_val_loss'].mean():.3f}; each M_1 has the same size and budget "
-                   f"and {start}")
+        out.append(f"M_0 (width {d1}, {layers(L1)}) trained from scratch for {int(budget):,} tokens"
+                   f"{_per_param(group)}{_schedule(group)} ends at validation loss "
+                   f"{group['m0_final_val_loss'].mean():.3f}; each M_1 has the same size and budget and {start}")
         for (method, arm), g in group.groupby(["method", "arm"], sort=False):
             out.append(_arm_sentence(method, arm, g))
         if "ensemble_test_loss" in group and group["ensemble_test_loss"].notna().any():

@@ -79,6 +79,8 @@ COMPARISON_COLUMNS = {
     "loss_gap_equal_flops": "loss gap at equal total FLOPs",
     "seed": "seed", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used",
     "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
+    "tokens_per_param": "tokens per non-embedding parameter of M_0", "tokens_per_param_total": "tokens per parameter of M_0",
+    "m0_schedule": "M_0 lr schedule", "m1_schedule": "M_1 lr schedule", "members_grown_from": "members grown from",
     "m1_step0_val_loss": "M'_1 val loss at step 0",
     "m0_test_ppl": "M_0 test ppl", "m1_test_ppl": "M_1 test ppl",
     "m0_test_acc": "M_0 test acc", "m1_test_acc": "M_1 test acc",

@@ -57,6 +57,7 @@ from growlm.devices import choose_device
 from growlm.errors import GrowlmError
 from growlm.growth.algebra import pack, state_dict_of, target_config, unpack
 from growlm.model import build_model
+from growlm.recipes import VCYCLE_STAGE_SCHEDULE
 from growlm.runner import TrainingJob, run_job
 from growlm.schedules.registry import runs
 from growlm.shape import ModelShape
@@ -269,7 +270,8 @@ def run(*, vcycle: dict, train: dict, model: dict, seed: int, train_file, val_fi
         compile = compile_from_env()
     k, levels = int(vcycle["factor"]), int(vcycle["levels"])
     pairing, embeddings = vcycle["pairing"], vcycle["embeddings"]
-    base = TrainConfig.from_dict(train, device=choose_device(), compile=compile)
+    # its stages decay by a cosine, as its authors' do, whatever the large arms' schedule (growlm.recipes)
+    base = TrainConfig.from_dict(train, device=choose_device(), compile=compile, schedule=VCYCLE_STAGE_SCHEDULE)
     plan = vcycle_plan(levels=levels, steps=base.steps, stage_share=float(vcycle["stage_share"]),
                        coarse_share=float(vcycle["coarse_share"]), lr=base.lr,
                        lr_multiplier=float(vcycle["lr_multiplier"]))
