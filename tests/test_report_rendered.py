@@ -62,7 +62,10 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     comparison = pd.read_csv(tiny_run / "results" / "tiny" / "eval" / "comparison.csv")
     m0 = comparison["m0_final_val_loss"].iloc[0]
     assert "growlm: does growing pay?" in dom
-    assert f"M_0 (width 32, 2 layers) trained from scratch for 24,000 tokens ends at validation loss {m0:.3f}" in dom
+    per_param = (f"({comparison['tokens_per_param'].iloc[0]:.3g} tokens per non-embedding parameter, "
+                 f"{comparison['tokens_per_param_total'].iloc[0]:.3g} per parameter)")
+    assert (f"M_0 (width 32, 2 layers) trained from scratch for 24,000 tokens {per_param} ends at validation loss "
+            f"{m0:.3f}") in dom
     for _, row in comparison.iterrows():
         assert f"<strong>{row['method']}</strong>" in dom, row["method"]
         assert f"it ended at {row['m1_final_val_loss']:.3f}" in dom or f"ended at {row['m1_final_val_loss']:.3f}" in dom

@@ -74,7 +74,8 @@ def _schedule(group: pd.DataFrame) -> str:
     where it is not their end (members.source)."""
     if "m0_schedule" not in group:
         return ""
-    said = group[["m0_schedule", "m1_schedule", "members_grown_from"]].fillna("").astype(str)  # "": not recorded
+    said = group[["m0_schedule", "m1_schedule", "members_grown_from"]].map(
+        lambda v: "" if pd.isna(v) else str(v))  # "": not recorded (a model folder without growlm.json)
     m0, m1 = said["m0_schedule"].iloc[0], "; ".join(s for s in dict.fromkeys(said["m1_schedule"]) if s)
     text = "" if not m0 or m0 == m1 == "cosine" else (f" under the {m0} schedule" if m0 == m1 else
                                                       f" under the {m0} schedule (the refinements: {m1 or '?'})")
