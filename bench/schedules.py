@@ -57,7 +57,6 @@ PATHS = {"baseline": "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{see
 # section 8's cosine arms (bench/results/budgets_table.csv, the same setting and, for the cosine, the same numbers):
 # the cosine run trains M_0 at both budgets and the arms at 400k only, where it checks that it reproduces them
 SECTION8 = REPO / "bench" / "results" / "budgets_table.csv"
-RUN_FOLDERS: dict[str, Path] = {}  # each run's folder, by its name (main)
 
 
 def combos(budgets=ARMS["budgets"]) -> list[dict]:
@@ -200,7 +199,7 @@ def against_cosine_m0(name: str, run: Path, cosine: Path) -> pd.DataFrame:
         schedule=name, m0_schedule="cosine")
 
 
-def against_section8_m0(rows: pd.DataFrame, run_name: str) -> pd.DataFrame:
+def against_section8_m0(rows: pd.DataFrame, run: Path) -> pd.DataFrame:
     """The arms of a wsd run against the cosine M_0's final validation loss (section 8's mean over its seeds at
     4e-3, its best rate), when no cosine run of this benchmark is at hand: M_0's FLOPs are the same under both
     schedules (the same model and tokens), so the cost ratio is (the members' and growth's FLOPs + M_1's FLOPs
@@ -212,7 +211,7 @@ def against_section8_m0(rows: pd.DataFrame, run_name: str) -> pd.DataFrame:
     for _, r in rows.iterrows():
         combo = {k: r[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
         combo["lr"] = f"{float(r['m1_lr']):g}"
-        m1 = read_ledger(RUN_FOLDERS[run_name] / PATHS["refined"].format(**combo) / "ledger.csv")
+        m1 = read_ledger(run / PATHS["refined"].format(**combo) / "ledger.csv")
         target = float(s8[int(r["budget"])])
         reach = first_reach(m1, target, "flops")
         offset = r["small_flops"] + r["growth_flops"]
@@ -304,12 +303,11 @@ def main(argv=None) -> int:
         rows.append(arm_rows(before, ARMS["budgets"], "wsd, before decay", "wsd"))
     elif "wsd, before decay" not in missing:
         print("not finished (left out): wsd, before decay")
-    RUN_FOLDERS.update(runs)
     if cosine is not None:
         rows += [arm_rows(cosine, ARMS["budgets"][:1], "cosine", "cosine")]
         rows += [against_cosine_m0(name, run, cosine) for name, run in wsd.items()]
     else:  # against the cosine M_0's loss from section 8 (the same setting): M_0's FLOPs do not depend on it
-        rows += [against_section8_m0(r, r["schedule"].iloc[0]) for r in list(rows)]
+        rows += [against_section8_m0(r, runs[r["schedule"].iloc[0]]) for r in list(rows)]
     seeds = pd.concat(rows, ignore_index=True)
     t = table(seeds)
     ours = t[t["schedule"] == "cosine"]
