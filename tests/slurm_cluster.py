@@ -104,13 +104,11 @@ class ClusterInfo:
         return self.log_dir / f"slurmd-{node}.log"
 
 
-def cluster_env(**extra: str) -> dict:
+def cluster_env() -> dict:
     """The environment of a process that talks to the test cluster: this one's without SLURM_CONF (which
     tests/conftest.py points at a controller that answers at once that it is not there), so that SLURM's
     commands read the cluster's own /etc/slurm/slurm.conf, as its jobs' steps do (they get no SLURM_CONF)."""
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    env.update(extra)
-    return env
+    return {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
 
 
 def _run(cmd, timeout=60, check=False, **kw) -> subprocess.CompletedProcess:
