@@ -125,7 +125,7 @@ def test_tasks_land_in_the_comparison_the_csv_and_the_report(tiny_run, tmp_path)
 def test_a_failing_task_is_recorded_and_named_not_raised(tiny_run, tmp_path):
     """A task whose data cannot be read: the run gives a record with the error (the job succeeds, so
     every other result stays), and the table and the first page name the task and the model."""
-    from growlm.compare import task_table
+    from growlm.task_table import task_table
     from growlm.jobs.evaluate import evaluate_tasks
     from growlm.report import summary_sentences, tasks_html
 

@@ -1,5 +1,5 @@
 """Entry script of rule report_tasks: every model's task scores as a CSV, a table and a figure."""
-from growlm.compare import task_table
+from growlm.task_table import task_table
 from growlm.errors import job_log
 from growlm.report import tasks_html, tasks_plot
 

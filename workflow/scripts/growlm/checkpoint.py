@@ -23,12 +23,16 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import FSDPModule
 
-from growlm.errors import sha256
+from growlm import hints
+from growlm.errors import GrowlmError, sha256
 
 MANIFEST = "manifest.json"
 # under wsd, the checkpoint where the decay begins (growlm.train), kept beside the step_* ones and never pruned
 # with them: a member is grown from it before its decay (growlm.runner.save_before_decay)
 DECAY_START = "decay_start"
+# the states a wsd run keeps where its cooldown branches leave it (growlm.train's keep_at; growlm.envelope):
+# BRANCH_PREFIX + the point's id, beside the step_* ones and never pruned with them
+BRANCH_PREFIX = "branch_"
 
 
 def _rank() -> int:
@@ -213,17 +217,28 @@ def remove_finished(ckpt_dir: str | Path) -> None:
             break
 
 
+def verify_named(ckpt_dir: str | Path, name: str) -> bool:
+    """Whether the named checkpoint `name` (a kept state: `DECAY_START`, a cooldown branch's) is whole."""
+    path = Path(ckpt_dir) / name
+    return path.is_dir() and verify(path) is None
+
+
 def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                log=print, identity: dict[str, str] | None = None) -> dict | None:
+                log=print, identity: dict[str, str] | None = None, at_most: int | None = None) -> dict | None:
     """Restore the newest whole checkpoint into `model` and `optimizer`; return its state or None.
 
     With `identity` (`run_identity`), checkpoints of another run (other settings, initial weights or
     data, e.g. a job rerun after its config or its token files changed) are not resumed: they are
-    removed, saying which parts differ, and the run starts from the beginning."""
+    removed, saying which parts differ, and the run starts from the beginning. `at_most`: resume from no
+    checkpoint past this step (a state the run must keep there is missing: the run passes it again)."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return None
     for path in sorted(ckpt_dir.glob("step_*"), reverse=True):
+        if at_most is not None and int(path.name.split("_")[1]) > at_most:
+            log(f"not resuming from {path.name}: the state kept at step {at_most} is missing, so the run passes "
+                f"that step again")
+            continue
         problem = verify(path)
         if problem:
             log(f"checkpoint {path} is corrupt ({problem}); falling back to the previous one")
@@ -237,8 +252,8 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
                 why = ", ".join(differ) if theirs else "settings, initial weights or data"
                 log(f"not resuming from the checkpoints in {ckpt_dir}: they belong to another run of this job (other "
                     f"{why}); removing {len(stale)} of them and starting from the beginning")
-                if _rank() == 0:
-                    for old in [*stale, ckpt_dir / DECAY_START]:  # that run's decay start too
+                if _rank() == 0:  # that run's kept states too (its decay start, its branches' states)
+                    for old in [*stale, ckpt_dir / DECAY_START, *ckpt_dir.glob(f"{BRANCH_PREFIX}*")]:
                         shutil.rmtree(old, ignore_errors=True)
                 if dist.is_available() and dist.is_initialized():
                     dist.barrier()
@@ -247,6 +262,24 @@ def load_latest(ckpt_dir: str | Path, model: torch.nn.Module, optimizer: torch.o
         log(f"resumed from checkpoint {path.name} (step {state['step']})")
         return state
     return None
+
+
+def start_branch(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                 identity: dict[str, str], step: int) -> dict:
+    """Restore the state a cooldown branch leaves from (a checkpoint another run kept, `BRANCH_PREFIX`)
+    into `model` and `optimizer`, once it is checked: whole, of the run whose identity is `identity` (its
+    settings, initial weights and data: `run_identity` of the model before this call), and at `step`
+    (where the branch's decay begins). Returns its state; anything else is a one-line GrowlmError."""
+    path = Path(path)
+    problem = verify(path) if path.is_dir() else "it is missing"
+    if problem:
+        raise GrowlmError(f"the state this cooldown branches from ({path}) is unusable ({problem}); run the "
+                          f"workflow again to retrain the run it leaves: `{hints.again()}`")
+    saved = json.loads((path / "state.json").read_text())
+    if saved.get("fingerprint") != fingerprint(identity) or saved.get("step") != step:
+        raise GrowlmError(f"the state in {path} is not that of this branch's run at step {step} (other settings, "
+                          f"initial weights, data or step); rerun that run: `{hints.rebuild(path / MANIFEST)}`")
+    return restore(path, model, optimizer)
 
 
 def restore(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:

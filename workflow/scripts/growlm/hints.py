@@ -154,8 +154,12 @@ def rebuild_target(path: str | Path) -> str:
     """The declared output whose job makes `path`: the file itself, or for a file inside a grown
     model's folder (only `growth.json` is declared there) that folder's growth.json, and for a file of
     another model folder that its job did not declare (its tokenizer's copy, growlm.json) that folder's
-    model.safetensors: `--force` of an undeclared file would fail (no rule makes it)."""
+    model.safetensors: `--force` of an undeclared file would fail (no rule makes it). A file of a cooldown
+    branch's state (`<model>/branches/b<point>/state/`, growlm.envelope) is remade by the run it leaves:
+    that model's model.safetensors."""
     path = Path(path)
+    if "branches" in path.parts[:-1] and "state" in path.parts[path.parts.index("branches"):-1]:
+        return str(Path(*path.parts[:path.parts.index("branches")]) / "model.safetensors")
     if "grown" in path.parts[:-1] and path.name != "growth.json":
         return str(path.parent / "growth.json")
     if "models" in path.parts[:-1] and path.name not in MODEL_OUTPUTS:

@@ -104,7 +104,7 @@ def _free(device: str) -> None:
 
 def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_tokens, val_tokens, cfg: TrainConfig,
                           plan: Plan, *, ckpt_dir, ledger_path, plan_path=None, log=print, step_callback=None,
-                          allow_offload: bool = True, world: int = 1, rank: int = 0) -> dict:
+                          allow_offload: bool = True, world: int = 1, rank: int = 0, **branching) -> dict:
     """`growlm.train.train` under `plan`; on a CUDA out-of-memory error, step down to `next_smaller(plan)`,
     write it to `plan_path` (if given), log it and resume from the last checkpoint in `ckpt_dir` (or
     from the start if there is none yet). Raises GrowlmError when the smallest plan runs out of memory.
@@ -115,12 +115,13 @@ def train_with_replanning(build_model: Callable[[], torch.nn.Module], train_toke
 
     With several processes (`world` > 1) the others wait in collectives, so a process that runs out
     of memory writes the smaller plan to `plan_path` and exits with status 1 instead: torchrun stops
-    the others, and the retried job (Snakemake `retries`) resumes with the smaller plan."""
+    the others, and the retried job (Snakemake `retries`) resumes with the smaller plan. `branching`:
+    train()'s `keep_at`, `start_from` and `start_cfg` (cooldown branches, growlm.envelope)."""
     while True:
         model = wrap_model(build_model(), plan, device=cfg.device)
         try:
             summary = train(model, train_tokens, val_tokens, apply_plan(cfg, plan), ckpt_dir=ckpt_dir,
-                            ledger_path=ledger_path, log=log, step_callback=step_callback)
+                            ledger_path=ledger_path, log=log, step_callback=step_callback, **branching)
             summary["plan"] = asdict(plan)
             return summary
         except torch.cuda.OutOfMemoryError as err:
@@ -179,6 +180,11 @@ class TrainingJob:
     summary_file: str | None = None  # where rank 0 writes train()'s summary (a launch reads it there)
     plugins: list = field(default_factory=list)  # grow.plugins files whose refiners the run uses
     keep_before_decay: bool = False  # a member under wsd: keep its model where the decay began (BEFORE_DECAY)
+    # wsd: {point: step} where the run keeps its state for a cooldown branch, moved to out_dir/branches/b<point>/state
+    keep_at: dict = field(default_factory=dict)
+    start_from: str | None = None  # a cooldown branch: the state it leaves from (another run's kept state)
+    start_cfg: dict | None = None  # ... and that run's settings (TrainConfig.to_dict), which the state must match
+    save: bool = True  # save the trained model (a cooldown branch keeps its ledger only)
 
     def __post_init__(self):
         self.ckpt_dir = str(self.ckpt_dir or checkpoint.checkpoint_dir_for(self.out_dir))
@@ -291,17 +297,21 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     if model is not None and world > 1:
         raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
     fresh, made = _starter(job, model)
+    start_cfg = TrainConfig.from_dict(job.start_cfg, device=device) if job.start_cfg else None
     summary = train_with_replanning(fresh, job_tokens(job, say), load_tokens(job.val_file),
                                     job.cfg.with_(device=device), plan, ckpt_dir=job.ckpt_dir,
                                     ledger_path=job.ledger_file, plan_path=job.plan_file, log=say, world=world,
-                                    rank=rank)
+                                    rank=rank, keep_at={step: checkpoint.BRANCH_PREFIX + p for p, step in job.keep_at.items()},
+                                    start_from=job.start_from, start_cfg=start_cfg)
     summary["world"] = world
     summary["where"] = where
     trained = made[0]
-    if hasattr(trained, "to_plain"):  # a grown model with growth masks: a plain model by now
+    if hasattr(trained, "to_plain") and job.save:  # a grown model with growth masks: a plain model by now
         trained = trained.to_plain()
-    save_full_model(trained, job.out_dir, tokenizer_dir=job.tokenizer_dir,
-                    extra={**job.info, "processes": world, "where": where, "train": summary})
+    if job.save:
+        save_full_model(trained, job.out_dir, tokenizer_dir=job.tokenizer_dir,
+                        extra={**job.info, "processes": world, "where": where, "train": summary})
+    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
     if rank == 0:
         shutil.copy(job.ledger_file, Path(job.out_dir) / "ledger.csv")
         if job.summary_file:
@@ -379,9 +389,32 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
     shutil.copy(plan_path, Path(job.out_dir) / "plan.json")
     if job.keep_before_decay and job.cfg.decay_start is not None:
         save_before_decay(job, log)
+    keep_branch_states(job, log)
     checkpoint.remove_finished(ckpt)
     log(f"saved {job.out_dir}; final val loss {summary.get('final_val_loss')}")
     return summary
+
+
+def branch_state_dir(out_dir, point: str) -> Path:
+    """Where a run's state for its cooldown branch at `point` goes: `<model folder>/branches/b<point>/state`
+    (a declared output of the run's job, which the branch's job reads; growlm.envelope)."""
+    return Path(out_dir) / "branches" / f"b{point}" / "state"
+
+
+def keep_branch_states(job: TrainingJob, log=job_log) -> None:
+    """Move the states the run kept for its cooldown branches (`keep_at`) from its checkpoint folder, which
+    is removed next, to their place in the model's folder (`branch_state_dir`)."""
+    for point, step in job.keep_at.items():
+        src = Path(job.ckpt_dir) / f"{checkpoint.BRANCH_PREFIX}{point}"
+        problem = checkpoint.verify(src) if src.is_dir() else "it was not written"
+        if problem:
+            raise GrowlmError(f"{job.info.get('role')}: the state kept at step {step} for its cooldown branch {point} "
+                              f"({src}) is unusable ({problem}); remove {job.out_dir} and run the workflow again")
+        dst = branch_state_dir(job.out_dir, point)
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dst))
+        log(f"kept the state at step {step} of {job.cfg.steps} for its cooldown branch {point}: {dst}")
 
 
 def save_before_decay(job: TrainingJob, log=job_log) -> Path:

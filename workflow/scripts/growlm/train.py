@@ -205,7 +205,8 @@ class Run:
     ledger rows so far and the live curves. `flops(step)`: the training FLOPs after `step` steps, the
     model's and the refiners', computed here once for the ledger, the live curves and the summary."""
 
-    def __init__(self, model, train_tokens, val_tokens, cfg: TrainConfig, *, ckpt_dir, ledger_path, log, live):
+    def __init__(self, model, train_tokens, val_tokens, cfg: TrainConfig, *, ckpt_dir, ledger_path, log, live,
+                 keep_at: dict | None = None, start_from=None, start_cfg: TrainConfig | None = None):
         self.rank, self.world = _world()
         cfg.validate(self.world)
         self.cfg, self.log, self.val_tokens = cfg, log, val_tokens
@@ -234,7 +235,15 @@ class Run:
         self.refiners = refiners_from(cfg.refiners)
         self.identity = checkpoint.run_identity(model, cfg.run_settings(), cfg.inputs)
         self.run_id = checkpoint.fingerprint(self.identity)
-        state = checkpoint.load_latest(ckpt_dir, model, self.optimizer, log=log, identity=self.identity)
+        # the states kept for cooldown branches ({step: name}): a resume never passes one that is not kept
+        self.keep_at = {int(k): v for k, v in (keep_at or {}).items()}
+        unkept = [k for k, name in self.keep_at.items() if not checkpoint.verify_named(ckpt_dir, name)]
+        state = checkpoint.load_latest(ckpt_dir, model, self.optimizer, log=log, identity=self.identity,
+                                       at_most=min(unkept) if unkept else None)
+        if state is None and start_from is not None:  # a cooldown branch: from the state of the run it leaves
+            theirs = checkpoint.run_identity(model, start_cfg.run_settings(), cfg.inputs)
+            state = checkpoint.start_branch(start_from, model, self.optimizer, identity=theirs, step=cfg.decay_start)
+            log(f"branching from {start_from} at step {state['step']}: a cooldown to step {cfg.steps}")
         resumed = state is not None
         state = state or {"step": 0, "wall_s": 0.0, "rows": [], "running": None}
         self.rows: list[dict] = state["rows"]
@@ -402,6 +411,8 @@ class Run:
             self.gpu_settings["mfu"] = mfu(achieved or 0.0, self.gpu_settings["peak_flops"])
         total = self.flops(cfg.steps)
         return {"steps": cfg.steps, "tokens": cfg.steps * self.tokens_per_step, "flops": total,
+                # wsd: the FLOPs up to where the decay begins (a cooldown branch's own are the rest)
+                "decay_start_flops": None if cfg.decay_start is None else self.flops(cfg.decay_start),
                 # what the refiners added (the teachers' forward passes), in all and by refiner
                 "teacher_flops": total - cfg.steps * self.tokens_per_step * self.flops_per_token,
                 "refiner_flops": {r.name: r.flops(cfg.steps, self.tokens_per_step) for r in self.refiners},
@@ -412,13 +423,18 @@ class Run:
 
 
 def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarray, cfg: TrainConfig,
-          *, ckpt_dir: str | Path, ledger_path: str | Path, log=print, step_callback=None, live=None) -> dict:
+          *, ckpt_dir: str | Path, ledger_path: str | Path, log=print, step_callback=None, live=None,
+          keep_at: dict | None = None, start_from=None, start_cfg: TrainConfig | None = None) -> dict:
     """Train `model` in place for `cfg.tokens` tokens; write the ledger; return a summary dict.
 
     Resumes from the newest whole checkpoint of this very run in `ckpt_dir` if there is one. `live`: a
     `growlm.live.LiveCurves` that sees every ledger row and progress line as it is written (default:
-    the one the job's environment asks for, on rank 0; `train.log_to`)."""
-    run = Run(model, train_tokens, val_tokens, cfg, ckpt_dir=ckpt_dir, ledger_path=ledger_path, log=log, live=live)
+    the one the job's environment asks for, on rank 0; `train.log_to`). `keep_at`: {step: name} of
+    checkpoints kept under that name when the run passes the step (the states its cooldown branches leave
+    from). A cooldown branch (`TrainConfig.branch`) starts from `start_from`, the checkpoint the run of
+    settings `start_cfg` kept where this run's decay begins, and trains only its own steps after it."""
+    run = Run(model, train_tokens, val_tokens, cfg, ckpt_dir=ckpt_dir, ledger_path=ledger_path, log=log, live=live,
+              keep_at=keep_at, start_from=start_from, start_cfg=start_cfg)
     if run.start_step == 0 and not run.rows:  # the starting point: step 0's evaluation
         run.begin_step(0)
         run.record(0, None, "eval")
@@ -459,6 +475,8 @@ def train(model: torch.nn.Module, train_tokens: np.ndarray, val_tokens: np.ndarr
                 run.save_checkpoint(done)
             if done == cfg.decay_start:  # wsd: the model where its decay begins, kept apart from the others
                 run.save_checkpoint(done, name=checkpoint.DECAY_START)
+            if done in run.keep_at:  # wsd: a state a cooldown branch leaves from (growlm.envelope)
+                run.save_checkpoint(done, name=run.keep_at[done])
             profiler_step()
             if step_callback is not None:
                 step_callback(done)

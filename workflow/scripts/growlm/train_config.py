@@ -148,7 +148,10 @@ class TrainConfig:
     def decay_end(self) -> int:
         """The step count at which the rate reaches its floor (held there after): the last step, or with
         `decay_share` < 1 that share of the steps."""
-        return self.steps if self.decay_share >= 1 else max(self.warmup_steps + 1, int(self.steps * self.decay_share))
+        return self._decay_end(self.steps)
+
+    def _decay_end(self, steps: int) -> int:
+        return steps if self.decay_share >= 1 else max(self.warmup_steps + 1, int(steps * self.decay_share))
 
     @property
     def decay_start(self) -> int | None:
@@ -157,8 +160,40 @@ class TrainConfig:
         under the cosine, which decays from the end of its warm-up on."""
         if self.schedule != "wsd":
             return None
-        end = self.decay_end
+        return self._decay_start(self.steps)
+
+    def _decay_start(self, steps: int) -> int:
+        end = self._decay_end(steps)
         return end - max(1, round(self.wsd_decay * end))
+
+    # -- cooldown branches (wsd): shorter runs that share this run's steps up to a point -------------
+    def branch_step(self, fraction: float) -> int:
+        """The step count at `fraction` of this wsd run's stable phase (its steps before `decay_start`,
+        the warm-up included), where a cooldown branch leaves it."""
+        return int(round(fraction * self.decay_start))
+
+    def branch(self, step: int) -> "TrainConfig":
+        """The settings of the complete wsd run that shares this run's first `step` steps and then decays:
+        this run with a shorter budget, the one whose own decay begins after exactly `step` steps (the
+        decay takes its `wsd_decay` share of the shorter run, with the same shape and floor). Every step
+        before `step` has the same rate under both (warm-up, then the peak), so the branch continues this
+        run's state at `step` - model, AdamW moments, the data position - with nothing else changed: the
+        branch taken where this run's own decay begins is this run. Among the budgets whose decay begins at
+        `step` (rounding makes one or two) the shortest is taken. Raises GrowlmError for a step no wsd run
+        of these settings decays from (inside the warm-up, or past this run's decay start)."""
+        if self.schedule != "wsd":
+            raise GrowlmError("cooldown branches need the wsd schedule (train.schedule: wsd)")
+        if step == self.decay_start:
+            return self
+        if not self.warmup_steps <= step < self.decay_start:
+            raise GrowlmError(f"a cooldown branch must leave the run in its stable phase (steps {self.warmup_steps} "
+                              f"to {self.decay_start}), not at step {step}")
+        steps = step + 1
+        while self._decay_start(steps) < step:
+            steps += 1
+        if self._decay_start(steps) != step:  # the decay start grows by 0 or 1 a step: never skips one
+            raise GrowlmError(f"no wsd run of these settings decays from step {step}")
+        return self.with_(tokens=steps * self.batch_size * self.context)
 
     def lr_at(self, step: int) -> float:
         """The rate of step `step` (from 0): linear warm-up over `warmup_steps`, then, under the cosine,

@@ -9,7 +9,9 @@ the cost).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -68,7 +70,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
                 out_dir, shard: list[int] | dict | None = None, memory_limit_gb: float | None = None, gpus: int = 0,
                 nodes: int = 1, cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False,
                 compile_ramps: bool = False, sync_every: int = 0, keep_moments: bool = False,
-                init_from: str | None = None) -> dict:
+                init_from: str | None = None, branches: dict | None = None) -> dict:
     """A model from scratch: a small member (`keep_moments`: its final AdamW moments are saved for
     optimizer-state carry-over, and under wsd its model where the decay began, with the moments then,
     for growth before the decay: `growlm.runner.save_before_decay`) or the baseline M_0. `train`:
@@ -78,7 +80,24 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     `cpus_per_task`), `gpu_share` (of each
     GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
     `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
-    two reads of the losses on the host; 0: automatic)."""
+    two reads of the losses on the host; 0: automatic). `branches`: {point: fraction of the stable phase}
+    of a wsd run's cooldown branches (M_0's: growlm.envelope), whose states the job keeps in its folder."""
+    job = _model_job(train=train, model=model, init_seed=init_seed, role=role, train_file=train_file,
+                     val_file=val_file, tokenizer_dir=tokenizer_dir, out_dir=out_dir, shard=shard,
+                     memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, compile=compile,
+                     compile_ramps=compile_ramps, sync_every=sync_every, keep_moments=keep_moments)
+    job.keep_at = branch_steps(job.cfg, branches)
+    if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
+        job.info["init_from"] = str(init_from)
+        return run_job(job, model=branch_of(init_from, job.start["build"]))
+    return run_job(job, **launch(gpus, nodes, cpus_per_task))
+
+
+def _model_job(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir, out_dir,
+               shard=None, memory_limit_gb: float | None = None, gpu_share: float = 1.0, compile: bool | str = False,
+               compile_ramps: bool = False, sync_every: int = 0, keep_moments: bool = False) -> TrainingJob:
+    """The `TrainingJob` of a model trained from scratch (`train_model`'s arguments): what the job and each
+    of its cooldown branches (`cooldown`) train, built the same way."""
     spec = {**model, "vocab_size": vocab_size(tokenizer_dir)}
     cfg = TrainConfig.from_dict(train, device=choose_device(), compile=compile, compile_ramps=bool(compile_ramps),
                                 sync_every=int(sync_every))
@@ -88,10 +107,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"build": {**spec, "seed": init_seed}}, info=info, shard=shard,
                       memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, keep_before_decay=keep_moments)
-    if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
-        job.info["init_from"] = str(init_from)
-        return run_job(job, model=branch_of(init_from, spec))
-    return run_job(job, **launch(gpus, nodes, cpus_per_task))
+    return job
 
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
@@ -185,13 +201,26 @@ def refiner_settings(refine_with: dict | None, growth: Growth, grown_dir, steps:
 def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
            memory_limit_gb: float | None = None, refine_with: dict | None = None, gpus: int = 0, nodes: int = 1,
            cpus_per_task: int = 0, gpu_share: float = 1.0, compile: bool | str = False, compile_ramps: bool = False,
-           sync_every: int = 0) -> dict:
+           sync_every: int = 0, branches: dict | None = None) -> dict:
     """Train M'_1 into M_1 with the baseline's loop and budget (fresh AdamW with a short re-warm-up; the
     method's refinement operators, `refine_with`, on top: growlm.refiners). `ramps`: the mask-ramp lengths
     of a grown model with growth masks (`growlm.experiment.refine_ramps`), which must end within
     this refinement. `gpus`, `nodes`, `cpus_per_task`, `gpu_share`, `compile`, `compile_ramps`,
     `sync_every`: how it runs, as for `train_model`; with several processes the grown model is loaded by
-    every process of the launch, on every node, ramps set the same way."""
+    every process of the launch, on every node, ramps set the same way. `branches`: as for `train_model`."""
+    model, job = refine_job(train=train, grown_dir=grown_dir, train_file=train_file, val_file=val_file,
+                            tokenizer_dir=tokenizer_dir, out_dir=out_dir, ramps=ramps, memory_limit_gb=memory_limit_gb,
+                            refine_with=refine_with, gpu_share=gpu_share, compile=compile, compile_ramps=compile_ramps,
+                            sync_every=sync_every)
+    job.keep_at = branch_steps(job.cfg, branches)
+    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+
+
+def refine_job(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
+               memory_limit_gb: float | None = None, refine_with: dict | None = None, gpu_share: float = 1.0,
+               compile: bool | str = False, compile_ramps: bool = False, sync_every: int = 0):
+    """The grown model, ramps set, and the `TrainingJob` of its refinement (`refine`'s arguments): what a
+    refinement and each of its cooldown branches (`cooldown`) start from, built the same way."""
     model = load_grown(grown_dir)  # trained in place in one process; with several, each loads it
     growth = Growth.read(grown_dir)
     plugins = growth.plugins  # the plugin files of the method's operators (grow.plugins)
@@ -211,4 +240,46 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
                       info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, plugins=plugins)
-    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+    return model, job
+
+
+def branch_steps(cfg: TrainConfig, branches: dict | None) -> dict:
+    """{point: step} of a wsd run's cooldown branches ({point: fraction of its stable phase}); {} without."""
+    return {str(p): cfg.branch_step(float(f)) for p, f in (branches or {}).items()} if cfg.decay_start else {}
+
+
+def cooldown(*, kind: str, fraction: float, state_dir, out_dir, gpus: int = 0, nodes: int = 1,
+             cpus_per_task: int = 0, **start) -> dict:
+    """A cooldown branch of a wsd run (M_0's, `kind` "baseline", or a refinement's, "refine"): the run's
+    state kept at `fraction` of its stable phase (`state_dir`) trained on as the complete wsd run of the
+    shorter budget that decays from there (`TrainConfig.branch`: the same model, data and refiners, the
+    rate's decay over the shorter run's share), so that its last evaluation is the loss a run that ended
+    there reaches (growlm.envelope). `start`: the arguments of the run's own job (`train_model`'s or
+    `refine`'s, `out_dir` aside), from which its model and settings are built exactly as that job built
+    them. Writes the branch's ledger and `branch.json` (where it left, where it ended, its loss and FLOPs,
+    the cooldown's own FLOPs) to `out_dir`; the model itself is not kept."""
+    scratch = Path(out_dir) / "run"  # the TrainingJob's folder; only its ledger is kept
+    if kind == "refine":
+        model, job = refine_job(out_dir=scratch, **start)
+    else:
+        model, job = None, _model_job(out_dir=scratch, **start)
+    full = job.cfg
+    step = full.branch_step(float(fraction))
+    job.cfg = full.branch(step)
+    job.start_from, job.start_cfg, job.save = str(state_dir), full.to_dict(), False
+    job.info.update(role=f"{job.info.get('role')} cooldown branch", branch={"fraction": float(fraction), "step": step})
+    log(f"cooldown branch at {float(fraction):g} of the stable phase: step {step} of {full.steps}, decaying to step "
+        f"{job.cfg.steps} ({job.cfg.wsd_decay:.0%} of {job.cfg.steps} steps, {job.cfg.wsd_shape})")
+    summary = run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+    per_step = job.cfg.batch_size * job.cfg.context
+    record = {"kind": kind, "fraction": float(fraction), "step": step, "of": full.steps, "steps": job.cfg.steps,
+              "tokens": job.cfg.steps * per_step, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
+              "cooldown_flops": summary["flops"] - summary["decay_start_flops"], "wall_s": summary["wall_s"],
+              "schedule": job.cfg.schedule_text()}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(scratch / "ledger.csv", out / "ledger.csv")
+    (out / "branch.json").write_text(json.dumps(record, indent=1))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return record
+
