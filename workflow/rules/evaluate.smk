@@ -104,13 +104,17 @@ rule compare:
         ledgers=[f"{d}/ledger.csv" for d in trained_dirs()],
         growth=[f"{d}/growth.json" for d in grown_dirs()],
         ensembles=ensemble_targets(),
+        branches=branch_targets(),
         unigram=f"{R}/tokens/level{EVAL_LEVEL}/train.npy",
         unigram_test=f"{R}/tokens/level{EVAL_LEVEL}/test.npy",
+        large_train=f"{LARGE_TOKENS}/train.npy",
+        members_train=f"{MEMBER_TOKENS}/train.npy",
         tasks=task_targets(),
     output:
         comparison=res("eval/comparison.csv"),
         curves=res("eval/curves.csv"),
         lr_sweep=res("eval/lr_sweep.csv"),
+        savings=res("eval/savings.csv"),
     log:
         res("logs/compare.log"),
     benchmark:
@@ -127,6 +131,7 @@ rule compare:
             "refined": REFINED,
             "ensemble": ENSEMBLE if config["controls"]["ensemble"] else None,
         },
+        branches=BRANCHES,  # the cooldown branches' points of M_0 and of the refinements (growlm.envelope)
         vocab_size=config["tokenizer"]["vocab_size"],
         levels=ARM_LEVELS,
     script:

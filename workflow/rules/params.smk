@@ -9,6 +9,7 @@ from pathlib import Path
 from growlm.experiment import (
     canonical,
     grow_settings,
+    large_settings,
     member_seed,
     member_shard,
     member_train,
@@ -44,15 +45,29 @@ def branch_from(wildcards, input):
 
 
 def baseline_train(wildcards):
-    return train_settings(
-        config, "large", seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
-    )
+    return large_settings(config, seed=int(wildcards.seed), tokens=int(wildcards.budget), optim=wildcards.lr)
 
 
 def refine_train(wildcards):
     return refine_settings(
-        config, wildcards.method, seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=float(wildcards.lr)
+        config, wildcards.method, seed=int(wildcards.seed), tokens=int(wildcards.budget), lr=wildcards.lr
     )
+
+
+def refine_ramps_of(wildcards):
+    return refine_ramps(config, wildcards.method, budgets=SWEEP["budgets"], budget=int(wildcards.budget))
+
+
+def refine_operators_of(wildcards):
+    return refine_operators(config, wildcards.method, budgets=SWEEP["budgets"], budget=int(wildcards.budget))
+
+
+def branches_kept(wildcards, output):
+    """{point: fraction of the stable phase} of the states a large training job keeps for its cooldown
+    branches: its `branch_*` outputs. A params function of the output, so Snakemake leaves it out of the
+    rerun trigger: a new point is a missing output, which reruns the job by itself."""
+    kind = "refine" if "method" in wildcards.keys() else "baseline"
+    return {p: f for p, f in BRANCHES[kind].items() if f"branch_{p}" in output.keys()}
 
 
 def grow_params(wildcards):

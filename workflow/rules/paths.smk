@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from growlm.experiment import level_dir, members_keep_before_decay
+from growlm.experiment import branch_points, level_dir, members_keep_before_decay
 from growlm.train_config import BEFORE_DECAY
 
 MEMBER_TOKENS = f"{R}/tokens/{level_dir(ARM_LEVELS['members'])}"  # + /train.npy, /val.npy
@@ -23,7 +23,7 @@ wildcard_constraints:
     n=r"\d+",
     seed=r"\d+",
     budget=r"\d+",
-    lr=r"[0-9.e+-]+",
+    lr=r"[0-9.e+-]+(_wd[0-9.e+-]+)?",  # the peak rate, and the weight decay where it is not train.weight_decay
     member=r"\d+",
     level=r"[A-Za-z0-9_]+",
     levels=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)+",
@@ -32,6 +32,7 @@ wildcard_constraints:
     method="|".join(re.escape(m) for m in METHOD_IDS),
     kind="small|baseline|refine",
     tool="nsys|ncu",
+    point=r"[0-9.]+",
 
 
 def combos():
@@ -48,7 +49,7 @@ def combos():
         sorted(METHOD_IDS),
         SWEEP["seeds"],
         SWEEP["budgets"],
-        SWEEP["lrs"],
+        SWEEP["optims"],  # the `lr` wildcard: each rate with each weight decay (growlm.experiment.optim_id)
     ]
     return [dict(zip(keys, v)) for v in itertools.product(*values)]
 
@@ -74,6 +75,26 @@ def before_decay_output():
     """A wsd member's model where its decay began (members.source), in its folder: a declared output of
     its job whenever the members train under wsd, so that choosing members.source retrains nothing."""
     return {"before_decay": f"{SMALL}/{BEFORE_DECAY}/model.safetensors"} if members_keep_before_decay(config) else {}
+
+
+# --- cooldown branches (train.branches, under wsd): growlm.envelope ---------------------------------
+BRANCHES = {"baseline": branch_points(config, "large"), "refine": branch_points(config, "refine")}
+
+
+def branch_outputs(model):
+    """The states a large training job keeps for its cooldown branches (`model`: BASELINE or REFINED), as
+    its declared outputs: temporary, so each goes once its branch's job has read it."""
+    kind = "baseline" if model == BASELINE else "refine"
+    return {f"branch_{p}": temp(directory(f"{model}/branches/b{p}/state")) for p in BRANCHES[kind]}
+
+
+def branch_targets(dirs=None):
+    """The branch records of every large model of the sweep (`dirs`: the models' folders)."""
+    out = []
+    for d in dirs if dirs is not None else model_dirs():
+        kind = "baseline" if "/models/baseline/" in d else "refine" if "/models/refined/" in d else None
+        out += [f"{d}/branches/b{p}/branch.json" for p in BRANCHES.get(kind) or {}]
+    return out
 
 
 def small_dir(c, member):

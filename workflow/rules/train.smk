@@ -115,6 +115,7 @@ rule train_baseline:
         tokenizer=res("tokenizer/tokenizer.json"),
         like=like_config,
     output:
+        **branch_outputs(BASELINE),
         model=f"{BASELINE}/model.safetensors",
         config=f"{BASELINE}/config.json",
         ledger=f"{BASELINE}/ledger.csv",
@@ -132,6 +133,7 @@ rule train_baseline:
         train=baseline_train,
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
         memory_limit_gb=config["resources"]["memory_limit_gb"],
+        branches=branches_kept,  # where it keeps states for its cooldowns (outputs): reruns nothing itself
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
         live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
@@ -145,6 +147,7 @@ rule refine:
         val=f"{LARGE_TOKENS}/val.npy",
         tokenizer=res("tokenizer/tokenizer.json"),
     output:
+        **branch_outputs(REFINED),
         model=f"{REFINED}/model.safetensors",
         config=f"{REFINED}/config.json",
         ledger=f"{REFINED}/ledger.csv",
@@ -160,10 +163,74 @@ rule refine:
         **training_resources(),
     params:
         train=refine_train,
-        ramps=lambda wc: refine_ramps(config, wc.method, budgets=SWEEP["budgets"]),
-        refine_with=lambda wc: refine_operators(config, wc.method, budgets=SWEEP["budgets"]),
+        ramps=refine_ramps_of,
+        refine_with=refine_operators_of,
         memory_limit_gb=config["resources"]["memory_limit_gb"],
+        branches=branches_kept,  # where it keeps states for its cooldowns (outputs): reruns nothing itself
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
         live=live_settings,  # where its live curves go (train.log_to): reruns nothing
     script:
         "../scripts/refine.py"
+
+
+# Under wsd, a cooldown branch of M_0 (train.branches): the state M_0's job kept at that point of its stable
+# phase, trained on as the complete wsd run of the shorter budget that decays from there; its ledger and
+# branch.json (no model) are what the comparison's cost by envelope reads (growlm.envelope).
+rule cooldown_baseline:
+    input:
+        state=f"{BASELINE}/branches/b{{point}}/state",
+        train=f"{LARGE_TOKENS}/train.npy",
+        val=f"{LARGE_TOKENS}/val.npy",
+        tokenizer=res("tokenizer/tokenizer.json"),
+        like=like_config,
+    output:
+        ledger=f"{BASELINE}/branches/b{{point}}/ledger.csv",
+        record=f"{BASELINE}/branches/b{{point}}/branch.json",
+    log:
+        res("logs/cooldown_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}_b{point}.log"),
+    benchmark:
+        res("benchmarks/cooldown_baseline/d{d1}_L{L1}_t{budget}_lr{lr}_s{seed}_b{point}.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=baseline_train,
+        model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
+        fraction=lambda wc: BRANCHES["baseline"][wc.point],
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+    script:
+        "../scripts/cooldown.py"
+
+
+# ... and of a refinement, from the grown model as the refinement builds it
+rule cooldown_refine:
+    input:
+        state=f"{REFINED}/branches/b{{point}}/state",
+        grown=f"{GROWN}/growth.json",
+        train=f"{LARGE_TOKENS}/train.npy",
+        val=f"{LARGE_TOKENS}/val.npy",
+        tokenizer=res("tokenizer/tokenizer.json"),
+    output:
+        ledger=f"{REFINED}/branches/b{{point}}/ledger.csv",
+        record=f"{REFINED}/branches/b{{point}}/branch.json",
+    log:
+        res("logs/cooldown_refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}_b{point}.log"),
+    benchmark:
+        res("benchmarks/cooldown_refine/{method}_d{d0}_L{L0}_to_d{d1}_L{L1}_n{n}_t{budget}_lr{lr}_s{seed}_b{point}.tsv")
+    conda:
+        "../envs/growlm.yaml"
+    threads: config["train"]["threads"]
+    resources:
+        **training_resources(),
+    params:
+        train=refine_train,
+        ramps=refine_ramps_of,
+        refine_with=refine_operators_of,
+        fraction=lambda wc: BRANCHES["refine"][wc.point],
+        memory_limit_gb=config["resources"]["memory_limit_gb"],
+        how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
+    script:
+        "../scripts/cooldown.py"

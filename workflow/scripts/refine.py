@@ -15,4 +15,4 @@ with job_log(sm.log[0], sm.rule, gpus=gpus), live_curves(sm.params.live, grown_d
     refine(train=sm.params.train, ramps=sm.params.ramps, grown_dir=grown, train_file=sm.input.train,
            val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent, out_dir=Path(sm.output.model).parent,
            memory_limit_gb=sm.params.memory_limit_gb, refine_with=sm.params.refine_with,
-           **sm.params.how)  # gpus, gpu_share, compile: how it runs
+           branches=sm.params.branches, **sm.params.how)  # gpus, gpu_share, compile: how it runs

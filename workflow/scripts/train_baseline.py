@@ -14,4 +14,4 @@ with job_log(sm.log[0], sm.rule, gpus=gpus), live_curves(sm.params.live):  # tra
     train_model(train=sm.params.train, model=sm.params.model, init_seed=int(sm.wildcards.seed), role="baseline M_0",
                 train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,
                 out_dir=Path(sm.output.model).parent, memory_limit_gb=sm.params.memory_limit_gb,
-                **sm.params.how)  # gpus, gpu_share, compile: how it runs
+                branches=sm.params.branches, **sm.params.how)  # gpus, gpu_share, compile: how it runs

@@ -6,10 +6,18 @@ labelled as such, treating the members as free (as most papers do). Ratios are o
 training FLOPs; below 1 means growing was cheaper. The crossing point is interpolated linearly in
 FLOPs between the two evaluations that bracket M_0's final loss.
 
-When the sweep lists several peak learning rates (`lrs`), every arm is tuned on its own: M_0 (per
-width, depth and budget) and each M_1 (per method, sizes, n and budget) are compared at the rate
-that gives them the lowest mean final validation loss over the seeds; `lr_sweep.csv` records every
-rate tried and the one chosen. A win against an under-tuned baseline is no win.
+When the sweep lists several peak learning rates (`lrs`) or weight decays (`weight_decays`), every arm is
+tuned on its own: M_0 (per width, depth and budget) and each M_1 (per method, sizes, n and budget) are
+compared at the rate and weight decay that give them the lowest mean final validation loss over the
+seeds; `lr_sweep.csv` records every setting tried and the one chosen. A win against an under-tuned
+baseline is no win.
+
+Those ratios are read *within one schedule*: M_1's first crossing of M_0's final loss inside its own full
+run, whose rate has not yet decayed there. Beside them, where an arm has more than one run (cooldown
+branches under wsd, `train.branches`; or a sweep over `budgets`), the cost ratio *by envelope*: the FLOPs at
+which the lowest loss any of M_1's runs reached first gets to M_0's final loss, over M_0's own envelope
+there (growlm.envelope), with the branches' cooldown FLOPs reported as the measurement's cost, charged to
+no arm; and the saving at each loss both envelopes reach (`savings.csv`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from growlm import envelope
 from growlm.errors import GrowlmError, damaged, read_json
 from growlm.task_scores import read_task_records, task_columns
 from growlm.growth_record import Growth
@@ -210,13 +219,38 @@ def _source_of(member_dir, meta: dict, pretrained: dict | None) -> str:
     return str((meta.get("source") or {}).get("where", member_dir))
 
 
+def weight_decay_of(model_dir: Path) -> float:
+    """The weight decay a model was trained with, from its growlm.json (NaN for a folder without one)."""
+    meta = Path(model_dir) / "growlm.json"
+    config = (read_json(meta).get("train") or {}).get("config") if meta.is_file() else None
+    return float(config["weight_decay"]) if config else math.nan
+
+
+def passes(budget: int, members: list[dict], token_files: dict | None) -> dict:
+    """How many times the large arms read their training text (M_0's budget over its tokens: the epochs
+    behind its tokens per parameter), and how many times a member read its own (its shard or cluster
+    where the members split the text), from the token files (`token_files`: {"large", "members"})."""
+    if not token_files:
+        return {}
+    out = {"m0_passes": budget / max(1, load_tokens(token_files["large"]).size)}
+    trained = [m for m in members if m.get("role") != "trunk" and (Path(m["dir"]) / "growlm.json").is_file()]
+    meta = read_json(Path(trained[0]["dir"]) / "growlm.json") if trained else {}
+    tokens = (meta.get("train") or {}).get("tokens")
+    if tokens and meta.get("role") != "pretrained member":
+        shard = meta.get("shard")
+        parts = (shard["count"] if isinstance(shard, dict) else shard[1]) if shard else 1
+        out["members_passes"] = float(tokens) / max(1, load_tokens(token_files["members"]).size / parts)
+    return out
+
+
 M0_ARM_KEYS = ("d1", "L1", "budget")
 M1_ARM_KEYS = ("method", "d0", "L0", "d1", "L1", "n", "budget")
 
 
 def choose_learning_rates(combos: list[dict], paths: dict) -> tuple[dict, dict, pd.DataFrame]:
-    """The peak learning rate of each arm: the one with the lowest final validation loss averaged
-    over the seeds (a rate whose run ended non-finite never wins). Returns the M_0 choices keyed by
+    """The peak learning rate (and weight decay: the `lr` values are optimizer ids, growlm.experiment.optim_id)
+    of each arm: the one with the lowest final validation loss averaged over the seeds (a rate whose run
+    ended non-finite never wins). Returns the M_0 choices keyed by
     (d1, L1, budget), the M_1 choices keyed by (method, d0, L0, d1, L1, n, budget), and the table
     of every (arm, lr) with its mean loss and whether it was chosen."""
     rows, seen = [], set()
@@ -229,9 +263,10 @@ def choose_learning_rates(combos: list[dict], paths: dict) -> tuple[dict, dict, 
             # keys as strings; M_0 does not depend on the members, so its d0, L0, n stay empty
             rows.append({"arm": arm, "method": c["method"] if arm == "M_1" else "scratch",
                          **{k: str(c[k]) if k in keys else "" for k in M1_ARM_KEYS if k != "method"},
-                         "lr": str(c["lr"]), "seed": c["seed"], "final_val_loss": final_val_loss(d)})
+                         "lr": str(c["lr"]), "weight_decay": weight_decay_of(d), "seed": c["seed"],
+                         "final_val_loss": final_val_loss(d)})
     runs = pd.DataFrame(rows)
-    table = (runs.groupby(["arm", "method", "d0", "L0", "d1", "L1", "n", "budget", "lr"])
+    table = (runs.groupby(["arm", "method", "d0", "L0", "d1", "L1", "n", "budget", "lr", "weight_decay"], dropna=False)
              .agg(seeds=("seed", "nunique"), mean_final_val_loss=("final_val_loss", "mean"),
                   std_final_val_loss=("final_val_loss", "std")).reset_index())
     table["chosen"] = False
@@ -253,12 +288,59 @@ def arm_key(combo: dict, keys: tuple[str, ...]) -> tuple:
 DEFAULT_LEVELS = {"members": ["0"], "large": ["1"], "evaluate": "1"}
 
 
+def arm_runs(model_dirs, points, offset: float = 0.0) -> tuple[list, float]:
+    """The runs of an arm for its envelope (growlm.envelope): each model's run (its ledger's evaluations as
+    (FLOPs + `offset`, validation loss)) and each of its cooldown branches at `points` that exists; and the
+    branches' own cooldown FLOPs."""
+    runs, cooldown = [], 0.0
+    for d in model_dirs:
+        for ledger in [Path(d) / "ledger.csv", *(Path(d) / "branches" / f"b{p}" / "ledger.csv" for p in points)]:
+            if ledger != Path(d) / "ledger.csv" and not ledger.is_file():
+                continue
+            ev = read_ledger(ledger).dropna(subset=["val_loss"])
+            runs.append([(float(f) + offset, float(v)) for f, v in zip(ev["flops"], ev["val_loss"])])
+            if ledger.parent.name.startswith("b"):
+                cooldown += float(read_json(ledger.parent / "branch.json")["cooldown_flops"])
+    return runs, cooldown
+
+
+def envelope_columns(m0_dirs, m1_dirs, points: dict, *, target: float, offset: float, growth_flops: float,
+                     unknown: bool) -> tuple[dict, list[dict]]:
+    """The comparison's cost by envelope (growlm.envelope) of one M_1 against M_0 at M_0's final loss
+    `target`: M_0's runs (`m0_dirs`, every budget's, with their branches at `points["baseline"]`) and M_1's
+    (`m1_dirs`, branches at `points["refine"]`, FLOPs after `offset` - its members' and growth's - or after
+    `growth_flops` alone for the members free). NaN where each arm has only one run (no branches, one
+    budget: nothing ended anywhere but at the end). Also the saving at each loss both envelopes reach."""
+    m0, cool0 = arm_runs(m0_dirs, (points or {}).get("baseline", {}))
+    m1, cool1 = arm_runs(m1_dirs, (points or {}).get("refine", {}), 0.0 if unknown else offset)
+    m1_free, _ = arm_runs(m1_dirs, (points or {}).get("refine", {}), growth_flops)
+    row = {"envelope_runs": f"{len(m0)}+{len(m1)}", "cooldown_flops": cool0 + cool1}
+    if len(m0) < 2 and len(m1) < 2:
+        return {**row, "m0_envelope_flops": math.nan, "m1_envelope_flops": math.nan, "envelope_ratio": math.nan,
+                "envelope_ratio_small_free": math.nan, "envelope_reached": False}, []
+    c0 = envelope.reach(m0, target)
+    c1 = math.nan if unknown else envelope.reach(m1, target)
+    c1_free = envelope.reach(m1_free, target)
+    row.update(m0_envelope_flops=c0, m1_envelope_flops=c1, envelope_ratio=c1 / c0,
+               envelope_ratio_small_free=c1_free / c0, envelope_reached=not math.isnan(c1_free))
+    curve = envelope.saving_curve(m0, m1_free if unknown else m1)
+    for r in curve:
+        r["ratio_small_free"] = envelope.reach(m1_free, r["loss"]) / r["m0_flops"]
+        if unknown:
+            r["ratio"] = math.nan
+    return row, curve
+
+
 def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None,
-                tasks: dict | None = None, pretrained: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
-    """M_0 at learning rate `m0_lr` (the combo's own `lr` if None) against M_1 at the combo's `lr`;
-    test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels); with `tasks`
-    (`read_task_records`), their lm-evaluation-harness scores, M_1's beside M_0's; `pretrained`: the
-    members brought (`priced`)."""
+                tasks: dict | None = None, pretrained: dict | None = None, envelope_dirs: dict | None = None,
+                branches: dict | None = None, token_files: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
+    """M_0 at learning rate `m0_lr` (the combo's own `lr` if None; an optimizer id, growlm.experiment.optim_id)
+    against M_1 at the combo's `lr`; test metrics on `levels["evaluate"]` (growlm.experiment.arm_levels);
+    with `tasks` (`read_task_records`), their lm-evaluation-harness scores, M_1's beside M_0's; `pretrained`:
+    the members brought (`priced`). `envelope_dirs`: {"m0": [...], "m1": [...]}, the arms' model folders
+    at every budget of the sweep (each at its chosen setting), with cooldown branches at `branches`, for
+    the cost by envelope (`envelope_columns`; the rows of the saving at each loss under "savings");
+    `token_files`: the large arms' and the members' training tokens, for the passes over them."""
     levels = levels or DEFAULT_LEVELS
     m0_lr = combo["lr"] if m0_lr is None else m0_lr
     base_dir = Path(paths["baseline"].format(**{**combo, "lr": m0_lr}))
@@ -288,9 +370,12 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     row = {
         **{k: v for k, v in combo.items() if k != "lr"},
         "members_used": n_members,
-        "m0_lr": m0_lr,
-        "m1_lr": combo["lr"],
+        "m0_lr": str(m0_lr).partition("_wd")[0],
+        "m1_lr": str(combo["lr"]).partition("_wd")[0],
+        "m0_weight_decay": weight_decay_of(base_dir),
+        "m1_weight_decay": weight_decay_of(ref_dir),
         **tokens_per_param(int(combo["budget"]), base_dir),
+        **passes(int(combo["budget"]), used, token_files),
         "m0_schedule": schedule_of(base_dir),
         "m1_schedule": schedule_of(ref_dir),
         "members_grown_from": grown_from(growth) if used else "",
@@ -323,6 +408,11 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     }
     if row["members_origin"] == "trained elsewhere":  # their wall time is not known: no wall ratio counts it
         row["wall_ratio"] = math.nan
+    dirs = envelope_dirs or {"m0": [base_dir], "m1": [ref_dir]}
+    columns, saving = envelope_columns(dirs["m0"], dirs["m1"], branches or {}, target=m0_final, offset=offset,
+                                       growth_flops=growth_flops, unknown=unknown)
+    row.update(columns)
+    row["savings"] = saving
     if tasks:
         m0_tasks = task_columns(tasks.get(os.path.normpath(base_dir), []))
         m1_tasks = task_columns(tasks.get(os.path.normpath(ref_dir), []))
@@ -359,24 +449,43 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
 
 def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_csv, unigram_train,
                      unigram_test, vocab_size: int, lr_sweep_csv=None, levels: dict | None = None,
-                     task_files=None, pretrained: dict | None = None) -> pd.DataFrame:
+                     task_files=None, pretrained: dict | None = None, branches: dict | None = None,
+                     savings_csv=None, token_files: dict | None = None) -> pd.DataFrame:
     uni = unigram_loss(load_tokens(unigram_train), load_tokens(unigram_test), vocab_size)
     tasks = read_task_records(task_files)
     m0_lrs, m1_lrs, sweep = choose_learning_rates(combos, paths)
     if lr_sweep_csv is not None:
         sweep.to_csv(lr_sweep_csv, index=False)
-    rows, curves = [], []
+    budgets = sorted({c["budget"] for c in combos}, key=int)
+
+    def at_every_budget(combo, pattern, keys, chosen):  # an arm's models at every budget, each at its best setting
+        out = []
+        for b in budgets:
+            key = arm_key({**combo, "budget": b}, keys)
+            if key in chosen:
+                out.append(Path(paths[pattern].format(**{**combo, "budget": b, "lr": chosen[key]})))
+        return out
+
+    rows, curves, savings = [], [], []
     for combo in combos:
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
+        dirs = {"m0": at_every_budget(combo, "baseline", M0_ARM_KEYS, m0_lrs),
+                "m1": at_every_budget(combo, "refined", M1_ARM_KEYS, m1_lrs)}
         row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels,
-                             tasks=tasks, pretrained=pretrained)
+                             tasks=tasks, pretrained=pretrained, envelope_dirs=dirs, branches=branches,
+                             token_files=token_files)
         row["unigram_test_loss"] = uni
         row["test_level"] = (levels or DEFAULT_LEVELS)["evaluate"]
+        keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
+        savings += [{**keys, **r} for r in row.pop("savings")]
         rows.append(row)
         curves.extend(c)
     table = pd.DataFrame(rows)
     table.to_csv(comparison_csv, index=False)
+    if savings_csv is not None:
+        pd.DataFrame(savings, columns=[*("d0", "L0", "d1", "L1", "n", "method", "seed", "budget"), "loss", "m0_flops",
+                                       "m1_flops", "ratio", "ratio_small_free"]).to_csv(savings_csv, index=False)
     curve_df = pd.concat(curves, ignore_index=True)
     curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
     curve_df.to_csv(curves_csv, index=False)

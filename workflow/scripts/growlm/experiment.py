@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from growlm.envelope import point_id
 from growlm.family_specs import DEFAULT_FAMILY, family_spec
 from growlm.methods import OPERATORS, REFINE_SHARE, check_options, growth_names, method_chain, refine_names
 from growlm.recipes import grow_recipe, refine_recipe
@@ -36,6 +37,20 @@ def lr_id(lr) -> str:
     return f"{float(lr):g}"
 
 
+def optim_id(lr, weight_decay, default_weight_decay) -> str:
+    """The path-safe id of a large run's optimizer settings (the `lr` wildcard): its peak rate, with
+    `_wd<x>` where its weight decay is not the config's `train.weight_decay` - so that a run of the default
+    weight decay keeps the path (and the results) it had before weight decay could be swept."""
+    wd = float(weight_decay)
+    return lr_id(lr) if wd == float(default_weight_decay) else f"{lr_id(lr)}_wd{wd:g}"
+
+
+def parse_optim(text: str) -> tuple[float, float | None]:
+    """(peak rate, weight decay or None for the config's) of an `optim_id`."""
+    lr, _, wd = str(text).partition("_wd")
+    return float(lr), (float(wd) if wd else None)
+
+
 def normalise_sweep(config: dict) -> dict:
     """Sweep keys as lists (a command-line `--config d0=32` gives a scalar).
 
@@ -49,6 +64,11 @@ def normalise_sweep(config: dict) -> dict:
     sweep["budgets"] = _as_list(config.get("budgets") or config["train"]["large"]["tokens"])
     # peak learning rates of the large arms (M_0 and every M_1): each arm is tuned over this list
     sweep["lrs"] = [lr_id(v) for v in _as_list(config.get("lrs") or config["train"]["large"]["lr"])]
+    # ... and their weight decays (weight_decays): each arm is tuned over every (rate, weight decay), whose ids
+    # (`optim_id`) are the `lr` wildcard's values
+    default_wd = config["train"]["weight_decay"]
+    sweep["wds"] = [float(v) for v in _as_list(config.get("weight_decays", default_wd))]
+    sweep["optims"] = [optim_id(lr, wd, default_wd) for lr in sweep["lrs"] for wd in sweep["wds"]]
     if isinstance(config["methods"], list) and config["methods"] and all(
         isinstance(m, str) for m in config["methods"]
     ):
@@ -61,11 +81,12 @@ def normalise_sweep(config: dict) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = None,
-                 lr: float | None = None) -> TrainConfig:
+                 lr: float | None = None, weight_decay: float | None = None) -> TrainConfig:
     """The TrainConfig of a job of `stage` ('small', 'large' or 'refine'): `train.<stage>` over the
     shared keys of `train` (refine: large's settings with refine's batch size and warm-up on top).
     `tokens` is the budget of a large job (the `budget` wildcard), else the stage's configured tokens;
-    `lr` the peak learning rate of a large job (the `lr` wildcard), else the stage's configured one.
+    `lr` the peak learning rate of a large job (the `lr` wildcard), else the stage's configured one, and
+    `weight_decay` its weight decay where the `lr` wildcard names one (`optim_id`).
 
     Every `train` key that names a field of TrainConfig sets it, cast to the field's type, so a new
     training setting is a field of TrainConfig and a key of the schema (with config.yaml, config/README
@@ -83,6 +104,8 @@ def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = No
         values["tokens"] = tokens
     if lr is not None:
         values["lr"] = lr
+    if weight_decay is not None:
+        values["weight_decay"] = weight_decay
     values.update(context=config["model"]["context"], seed=seed)
     if stage != "refine":
         values["dense_log_steps"] = 0
@@ -92,17 +115,33 @@ def train_config(config: dict, stage: str, *, seed: int, tokens: int | None = No
 
 
 def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = None,
-                   lr: float | None = None) -> dict:
+                   lr: float | None = None, weight_decay: float | None = None) -> dict:
     """`train_config(...)` as the plain dict a rule declares as `params.train` (the settings that
     make the run what it is; how it runs is decided on the machine)."""
-    return train_config(config, stage, seed=seed, tokens=tokens, lr=lr).run_settings()
+    return train_config(config, stage, seed=seed, tokens=tokens, lr=lr, weight_decay=weight_decay).run_settings()
 
 
-def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr: float) -> dict:
+def large_settings(config: dict, *, seed: int, tokens: int, optim: str) -> dict:
+    """M_0's training settings at a budget and optimizer id (the `lr` wildcard: `optim_id`)."""
+    lr, wd = parse_optim(optim)
+    return train_settings(config, "large", seed=seed, tokens=tokens, lr=lr, weight_decay=wd)
+
+
+def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr) -> dict:
     """The refinement's training settings for `method`: the large arms' (`train_settings(..., "refine")`)
-    with the method's own recipe on top, where its authors prescribe one (growlm.recipes)."""
-    settings = train_settings(config, "refine", seed=seed, tokens=tokens, lr=lr)
+    with the method's own recipe on top, where its authors prescribe one (growlm.recipes). `lr`: a rate, or
+    an optimizer id (`optim_id`) that may name a weight decay too."""
+    rate, wd = parse_optim(lr)
+    settings = train_settings(config, "refine", seed=seed, tokens=tokens, lr=rate, weight_decay=wd)
     return canonical(refine_recipe(config, method, settings))
+
+
+def branch_points(config: dict, stage: str) -> dict:
+    """{point id: fraction} of the cooldown branches of a large job of `stage` ('large': M_0; 'refine'):
+    `train.branches` where the stage trains under wsd, else none (growlm.envelope)."""
+    if train_config(config, stage, seed=0).schedule != "wsd":
+        return {}
+    return {point_id(f): float(f) for f in sorted(config["train"].get("branches") or [])}
 
 
 def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:
@@ -213,32 +252,44 @@ def plugin_files(config: dict, method) -> list[str]:
     return [p for p in config["grow"]["plugins"] if str(Path(p).resolve()) in used]
 
 
-def refine_ramps(config: dict, method: str, *, budgets: list[int]) -> dict:
+def refine_ramps(config: dict, method: str, *, budgets: list[int], budget: int | None = None) -> dict:
     """The mask-ramp lengths (refinement steps) of a grown model with growth masks (msg, concat):
-    as configured in `grow.options`, else a fifth of the shortest refinement of the sweep, so that
-    every refinement of the sweep starts the same way and ends as a plain GPT-2. Empty for methods
+    as configured in `grow.options` (a value below 1: that share of this refinement's steps, at `budget`,
+    so that one setting serves every budget), else a fifth of the shortest refinement of the sweep, so
+    that every refinement of the sweep starts the same way and ends as a plain GPT-2. Empty for methods
     without ramps."""
     chain = growth_names(method)
     configured = growth_options(config, chain)
     steps = refine_steps(config, budgets)
-    return canonical({key: configured.get(key, share_of(steps)) for name in chain if name in OPERATORS
-                      for key in OPERATORS[name].ramps})
+    own = refine_steps(config, [budget]) if budget is not None else steps
+    return canonical({key: step_count(configured[key], own) if key in configured else share_of(steps)
+                      for name in chain if name in OPERATORS for key in OPERATORS[name].ramps})
 
 
-def refine_operators(config: dict, method: str, *, budgets: list[int]) -> dict:
+def refine_operators(config: dict, method: str, *, budgets: list[int], budget: int | None = None) -> dict:
     """{operator: options} of the refinement operators of `method` (teach, freeze, carry, a plugin's;
     growlm.refiners): the configured `grow.options`, else the defaults, with their step counts
     (teach_steps, freeze_steps) a share of the shortest refinement of the sweep unless configured
-    (`growlm.methods.REFINE_SHARE`, a fifth)."""
+    (`growlm.methods.REFINE_SHARE`, a fifth); a configured step count below 1 is that share of this
+    refinement's own steps (at `budget`): `teach_steps: 0.1` fades the members' teaching out over the
+    first tenth of every refinement, whatever its budget."""
     steps = refine_steps(config, budgets)
+    own = refine_steps(config, [budget]) if budget is not None else steps
     out = {}
     for name in refine_names(method):
-        opts = {**OPERATORS[name].options, **config["grow"]["options"].get(name, {})}
+        configured = config["grow"]["options"].get(name, {})
+        opts = {**OPERATORS[name].options, **configured}
         for key in OPERATORS[name].ramps:
-            if key not in config["grow"]["options"].get(name, {}):
-                opts[key] = share_of(steps)
+            opts[key] = step_count(configured[key], own) if key in configured else share_of(steps)
         out[name] = opts
     return canonical(out)
+
+
+def step_count(value, steps: int) -> int:
+    """A configured ramp or refiner step count: a whole number of steps, or - below 1 - that share of
+    `steps` (at least one step)."""
+    value = float(value)
+    return max(1, int(value * steps)) if value < 1 else int(value)
 
 
 def share_of(steps: int) -> int:

@@ -1,6 +1,8 @@
 """The experiment against its corpus, before any job: whether each member's shard holds enough text, how
 often a member would read its text, and what the sweep would cost (the warnings `experiment_warnings`
-prints at the dry run). Torch-free (the Snakefile's checks import it).
+prints at the dry run); and the members' budget where the config gives it as a rule rather than a number
+(`timing_problems`: G_stack's formula, or a share of M_0's FLOPs). Torch-free (the Snakefile's checks
+import it).
 """
 
 
@@ -13,10 +15,12 @@ from typing import Callable
 
 import numpy as np
 
-from growlm.experiment import arm_levels, level_dir, trunk_tokens
-from growlm.flops import matmul_params, train_flops_per_token
+from growlm.experiment import arm_levels, level_dir, model_settings, trunk_tokens
+from growlm.flops import matmul_params, shape_flops, train_flops_per_token
 from growlm.methods import method_id, needs_single_member_control
 from growlm.outputs import results_dir
+from growlm.recipes import gstack_problem, gstack_tokens
+from growlm.shape import ModelShape
 from growlm.sources import local_files
 
 
@@ -147,3 +151,57 @@ def _cost_warnings(config: dict, sweep: dict) -> list[str]:
                    + (f"; it also reads {', '.join(hub)} from the Hugging Face Hub" if hub else "")
                    + ". Stop it with Ctrl-C if that is not what you meant")
     return out
+
+
+# the members' budget as a rule
+# ----------------------------------------------------------------------------------------------
+
+def timing_problems(config: dict, sweep: dict) -> list[str]:
+    """`train.small.tokens: gstack` (the members' tokens by G_stack's growth-timing formula,
+    growlm.recipes) resolved in place into a number, or why it cannot be."""
+    small = config["train"]["small"]
+    share = config["members"].get("flops_share")
+    if share is not None:
+        return flops_share_problems(config, sweep, float(share))
+    if small.get("tokens") != "gstack":
+        return []
+    if len(sweep["d1"]) * len(sweep["L1"]) * len(sweep["budgets"]) != 1:
+        return [f"train.small.tokens = gstack: the formula gives the members' tokens for one target and budget; this "
+                f"sweep has d1 = {sweep['d1']}, L1 = {sweep['L1']}, budgets = {sweep['budgets']}"]
+    settings = model_settings(config, n_embd=sweep["d1"][0], n_layer=sweep["L1"][0])
+    settings.pop("like", None)
+    shape = ModelShape.of({**settings, "vocab_size": config["tokenizer"]["vocab_size"]})
+    budget = int(sweep["budgets"][0])
+    problem = gstack_problem(shape.n_params, budget)
+    if problem:
+        return [problem]
+    small["tokens"] = gstack_tokens(shape.n_params, budget)
+    return []
+
+
+def flops_share_problems(config: dict, sweep: dict, share: float) -> list[str]:
+    """`members.flops_share`: the members' token budget resolved in place from their share of M_0's FLOPs
+    (`growlm.flops`: each member's training FLOPs = share x M_0's at the sweep's budget), or why it
+    cannot be."""
+    small = config["train"]["small"]
+    if small.get("tokens") == "gstack" or config["members"].get("pretrained"):
+        return ["members.flops_share sets the members' training budget: drop train.small.tokens = gstack or "
+                "members.pretrained (whose training is not growlm's), or members.flops_share"]
+    keys = ("d0", "L0", "d1", "L1", "budgets")
+    if any(len(sweep[k]) != 1 for k in keys):
+        return ["members.flops_share: the members' budget is a share of one M_0's FLOPs; this sweep has "
+                + ", ".join(f"{k} = {sweep[k]}" for k in keys)]
+
+    def per_token(width, depth) -> int:
+        settings = model_settings(config, n_embd=width, n_layer=depth)
+        settings.pop("like", None)
+        shape = ModelShape.of({**settings, "vocab_size": config["tokenizer"]["vocab_size"]})
+        return train_flops_per_token(context=config["model"]["context"], **shape_flops(shape))
+
+    m0_flops = int(sweep["budgets"][0]) * per_token(sweep["d1"][0], sweep["L1"][0])
+    tokens = int(round(share * m0_flops / per_token(sweep["d0"][0], sweep["L0"][0])))
+    window = int(small["batch_size"]) * int(config["model"]["context"])
+    if tokens < window:
+        return [f"members.flops_share = {share:g} gives each member {tokens} tokens, less than one batch ({window})"]
+    small["tokens"] = tokens
+    return []

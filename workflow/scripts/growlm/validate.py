@@ -39,7 +39,7 @@ import yaml
 
 from growlm.config_values import coerce, coerce_options, schema_problems
 from growlm.errors import GrowlmError, package_env
-from growlm.experiment import (arm_levels, grow_settings, member_train, model_settings, normalise_sweep,
+from growlm.experiment import (arm_levels, branch_points, grow_settings, member_train, model_settings, normalise_sweep,
                                plugin_files, refine_settings, refine_steps, train_config, trunk_tokens)
 from growlm.family_specs import FAMILY_SPECS, family_spec
 from growlm import pretrained
@@ -48,9 +48,8 @@ from growlm.methods import (OPERATORS, check_options, is_schedule, method_chain,
                             plan_chain, schedules)
 from growlm.outputs import name_problems
 from growlm.plugins import declare
-from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
-from growlm.sizing import shard_problems
+from growlm.sizing import shard_problems, timing_problems
 from growlm.sources import kind as sources_kind, local_files
 from growlm.train_config import TrainConfig
 
@@ -215,16 +214,27 @@ def _lr_schedule_problems(config: dict, sweep: dict) -> list[str]:
     jobs = [("train.small (the members)", member_train(config, seed=seed, member=1))]
     if trunk_tokens(config):
         jobs.append(("train.small (the members' shared trunk)", member_train(config, seed=seed, member=None)))
+    branched = {}  # the large jobs, each with its cooldown branches' points (train.branches, under wsd)
     for budget, lr in itertools.product(sweep["budgets"], sweep["lrs"][:1]):
-        jobs.append((f"train.large (M_0, budget {budget})",
-                     train_config(config, "large", seed=seed, tokens=int(budget), lr=float(lr)).run_settings()))
+        what = f"train.large (M_0, budget {budget})"
+        jobs.append((what, train_config(config, "large", seed=seed, tokens=int(budget), lr=float(lr)).run_settings()))
+        branched[what] = branch_points(config, "large")
         for method in dict.fromkeys(method_id(m) for m in sweep["methods"]):
-            jobs.append((f"train.refine ({method}, budget {budget})",
-                         refine_settings(config, method, seed=seed, tokens=int(budget), lr=float(lr))))
+            what = f"train.refine ({method}, budget {budget})"
+            jobs.append((what, refine_settings(config, method, seed=seed, tokens=int(budget), lr=float(lr))))
+            branched[what] = branch_points(config, "refine")
     for what, settings in jobs:
-        problem = TrainConfig.from_dict(settings).schedule_problem()
+        cfg = TrainConfig.from_dict(settings)
+        problem = cfg.schedule_problem()
         if problem:
             out.append(f"{what}: {problem}")
+            continue
+        for fraction in branched.get(what, {}).values():  # each branch a complete wsd run of its own
+            try:
+                cfg.branch(cfg.branch_step(fraction))
+            except GrowlmError as err:
+                out.append(f"train.branches = {fraction:g}: {what}: step {cfg.branch_step(fraction)} of its "
+                           f"{cfg.steps}: {err}; drop that point or shorten the warm-up")
     source = config["members"]["source"]
     if source == "before_decay":
         if config["members"].get("pretrained"):
@@ -367,26 +377,6 @@ def check_config(config: dict, schema_file: str | Path, resolve_source: Callable
     _raise(timing_problems(config, sweep))
     _raise(experiment_problems(config, sweep, resolve_source))
     return sweep
-
-
-def timing_problems(config: dict, sweep: dict) -> list[str]:
-    """`train.small.tokens: gstack` (the members' tokens by G_stack's growth-timing formula,
-    growlm.recipes) resolved in place into a number, or why it cannot be."""
-    small = config["train"]["small"]
-    if small.get("tokens") != "gstack":
-        return []
-    if len(sweep["d1"]) * len(sweep["L1"]) * len(sweep["budgets"]) != 1:
-        return [f"train.small.tokens = gstack: the formula gives the members' tokens for one target and budget; this "
-                f"sweep has d1 = {sweep['d1']}, L1 = {sweep['L1']}, budgets = {sweep['budgets']}"]
-    settings = model_settings(config, n_embd=sweep["d1"][0], n_layer=sweep["L1"][0])
-    settings.pop("like", None)
-    shape = ModelShape.of({**settings, "vocab_size": config["tokenizer"]["vocab_size"]})
-    budget = int(sweep["budgets"][0])
-    problem = gstack_problem(shape.n_params, budget)
-    if problem:
-        return [problem]
-    small["tokens"] = gstack_tokens(shape.n_params, budget)
-    return []
 
 
 def adopt_pretrained(config: dict, sweep: dict) -> list[str]:
