@@ -12,6 +12,7 @@ import pytest
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from growlm.compare import choose_learning_rates, first_reach, write_comparison
+from growlm.train_config import TrainConfig
 
 PATHS = {
     "small": "{root}/small/m{member}",
@@ -350,3 +351,72 @@ def test_the_first_page_figure_draws_each_arm_from_its_members_cost_to_m0s_loss(
         "g: M_0's loss at 0.75x M_0's FLOPs"
     legend = ax.get_legend()
     assert legend.get_window_extent().y1 < ax.get_window_extent().y0  # below the panel, off the curves
+
+
+def test_weight_decay_is_tuned_beside_the_rate_and_named_apart(tmp_path, monkeypatch):
+    """An `lr` value may name a weight decay (growlm.experiment.optim_id): M_0 is compared at the setting
+    with its lowest mean final loss, and the comparison gives its rate and weight decay in columns of their own."""
+    m0 = {"0.002": [8, 6, 4.5, 4.0], "0.002_wd1": [8, 6, 4.4, 3.8]}
+    m1 = {"0.002": [6, 5, 4.2, 3.9], "0.002_wd1": [6, 5.5, 5, 4.8]}
+    combos, paths = make_experiment(tmp_path, m0, m1)
+    for seed in (0, 1):
+        for lr, wd in (("0.002", 0.1), ("0.002_wd1", 1.0)):
+            for arm in ("baseline", "refined/g"):
+                config = TrainConfig(tokens=1000, batch_size=1, lr=0.002, warmup_steps=0, weight_decay=wd).to_dict()
+                (tmp_path / arm / f"t1000_lr{lr}" / f"s{seed}" / "growlm.json").write_text(
+                    json.dumps({"train": {"config": config}}))
+    m0_best, m1_best, table = choose_learning_rates(combos, paths)
+    assert m0_best == {("16", "2", "1000"): "0.002_wd1"} and set(m1_best.values()) == {"0.002"}
+    assert sorted(table[table["arm"] == "M_0"]["weight_decay"]) == [0.1, 1.0]
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    out = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                           unigram_train="x", unigram_test="y", vocab_size=8, lr_sweep_csv=tmp_path / "s.csv")
+    row = out[out["seed"] == 0].iloc[0]
+    assert (row["m0_lr"], row["m0_weight_decay"], row["m1_lr"], row["m1_weight_decay"]) == ("0.002", 1.0, "0.002", 0.1)
+    assert row["m0_final_val_loss"] == 3.8
+
+
+def branch(model_dir, point, losses, left_at, flops_per_eval=100.0, cooldown=60.0):
+    """A cooldown branch of a model: the model's ledger up to row `left_at`, then `losses` at the next FLOPs."""
+    full = pd.read_csv(model_dir / "ledger.csv")
+    rows = full.iloc[:left_at + 1].to_dict("records")
+    for i, loss in enumerate(losses, start=1):
+        flops = rows[left_at]["flops"] + i * flops_per_eval * 0.3
+        rows.append({**rows[left_at], "step": left_at * 100 + i, "flops": flops, "val_loss": loss})
+    out = model_dir / "branches" / f"b{point}"
+    out.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(out / "ledger.csv", index=False)
+    (out / "branch.json").write_text(json.dumps({"cooldown_flops": cooldown}))
+
+
+def test_the_cost_by_envelope_reads_the_branches_and_is_below_the_first_crossing(tmp_path, monkeypatch):
+    """With cooldown branches, the comparison's cost by envelope is never above its first crossing, here strictly
+    below it (M_1's branch leaving at 200 FLOPs ends under M_0's final loss at 230); the cooldowns' FLOPs are
+    the measurement's, charged to no arm; the saving at each loss is written. Without branches (one run per
+    arm) the envelope columns are empty and the rest is what it was."""
+    m0, m1 = {"0.002": [8, 6, 4.5, 4.0]}, {"0.002": [6, 5, 4.2, 3.9]}
+    combos, paths = make_experiment(tmp_path, m0, m1, seeds=(0,))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    kw = dict(comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv", unigram_train="x", unigram_test="y",
+              vocab_size=8, savings_csv=tmp_path / "savings.csv")
+    before = write_comparison(combos, paths, **kw).iloc[0]
+    assert before["envelope_runs"] == "1+1" and math.isnan(before["envelope_ratio"])
+    assert pd.read_csv(tmp_path / "savings.csv").empty
+
+    m0_dir, m1_dir = tmp_path / "baseline/t1000_lr0.002/s0", tmp_path / "refined/g/t1000_lr0.002/s0"
+    branch(m0_dir, "50", [4.3], left_at=2)  # M_0's branch ends above its final loss: M_0's envelope is its run
+    branch(m1_dir, "50", [3.95], left_at=2)  # M_1's: at 230 FLOPs, under M_0's 4.0
+    after = write_comparison(combos, paths, branches={"baseline": ["50"], "refine": ["50"]}, **kw).iloc[0]
+    assert after["cost_ratio"] == before["cost_ratio"] and after["envelope_runs"] == "2+2"
+    assert after["m0_envelope_flops"] == pytest.approx(300.0)
+    # M_1's envelope first reaches 4.0 between its branch's start (200 + 50, 4.2) and end (230 + 50, 3.95), in log FLOPs
+    expected = math.exp(math.log(250) + (4.2 - 4.0) / (4.2 - 3.95) * math.log(280 / 250))
+    assert after["m1_envelope_flops"] == pytest.approx(expected)
+    assert after["envelope_ratio"] == pytest.approx(expected / 300)
+    assert after["envelope_ratio"] < after["cost_ratio"]
+    assert after["envelope_ratio_small_free"] < after["cost_ratio_small_free"]
+    assert after["cooldown_flops"] == 120.0
+    savings = pd.read_csv(tmp_path / "savings.csv")
+    assert len(savings) and (savings["ratio"] > 0).all() and savings["loss"].min() == pytest.approx(4.0)

@@ -84,12 +84,16 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     assert shot.is_file() and shot.stat().st_size > 20000  # a blank page is a few kB
     # the comparison table itself, as a browser draws it
     table_dom = render(browser, tiny_run / "results/tiny/report/comparison.html", "--dump-dom").stdout
-    assert "cost ratio (small counted)" in table_dom and "M_0 final val loss" in table_dom
-    # the columns that decide lead the table
+    assert "cost ratio within one schedule (small counted)" in table_dom and "M_0 final val loss" in table_dom
+    # the columns that decide lead the table: by envelope (here one run per arm: a cosine run of one budget has
+    # none, and says so), then within one schedule
     headers = re.findall(r"<th>([^<]+)</th>", table_dom.split('id="comparison"')[1])
-    assert headers[:8] == ["method", "arm", "reached M_0's loss", "cost ratio (small counted)",
-                           "cost ratio (small models free)", "M_0 final val loss", "M_1 final val loss",
-                           "loss gap at equal total FLOPs"], headers[:10]
+    assert headers[:10] == ["method", "arm", "cost ratio by envelope (small counted)",
+                            "cost ratio by envelope (small models free)", "reached M_0's loss within one schedule",
+                            "cost ratio within one schedule (small counted)",
+                            "cost ratio within one schedule (small models free)", "M_0 final val loss",
+                            "M_1 final val loss", "loss gap at equal total FLOPs"], headers[:12]
+    assert "one run per arm" in table_dom
 
 
 def first_page_figure(browser: str, results, tmp_path) -> None:

@@ -26,11 +26,13 @@ rule report_figures:
         comparison=res("eval/comparison.csv"),
         curves=res("eval/curves.csv"),
         lr_sweep=res("eval/lr_sweep.csv"),
+        savings=res("eval/savings.csv"),
         description=shipped("../report/workflow.rst"),
         tasks=[res("eval/tasks.csv")] if TASKS else [],
     output:
         summary=res("report/summary.rst"),
         answer=res("report/answer.svg"),  # the first page's figure, inside summary.rst too
+        savings=res("report/savings.svg"),  # beside it: the saving at each loss (empty without envelopes)
         loss=report(
             res("report/loss_vs_flops.svg"),
             caption="../report/loss_vs_flops.rst",

@@ -11,6 +11,7 @@ from growlm.report.figures import (
     cost_ratio_plot,
     loss_vs_flops_figure,
     loss_vs_flops_plot,
+    savings_plot,
     scaling_plot,
     tasks_plot,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "corpus_stats_table",
     "cost_ratio_plot",
     "loss_vs_flops_figure",
+    "savings_plot",
     "loss_vs_flops_plot",
     "mode_sentences",
     "plans_html",

@@ -4,6 +4,8 @@ benchmark tasks' scores. matplotlib draws without a display (the Agg backend), a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 import matplotlib.ticker
 
@@ -152,6 +154,48 @@ def _answer_panel(ax, g: pd.DataFrame, comp: pd.DataFrame, where: dict, scale: f
     ax.legend(handles + extra, labels + ["members' and growth's FLOPs: where an arm starts",
                                          "where an arm reaches M_0's final loss"],
               loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+
+
+def savings_plot(savings_csv, comparison_csv, out_svg) -> bool:
+    """The first page's second figure: the saving at each loss (`savings.csv`: M_1's envelope FLOPs over M_0's
+    at every loss both reach, growlm.envelope), a panel per size and budget, a line per arm and seed, a cross
+    at M_0's final loss. Writes nothing and returns False where no arm has an envelope (one run per arm)."""
+    savings = pd.read_csv(savings_csv)
+    if savings.empty:
+        Path(out_svg).write_text("")
+        return False
+    comp = pd.read_csv(comparison_csv)
+    keys = ["d0", "L0", "d1", "L1", "n", "budget"]
+    panels = list(savings.groupby(keys, sort=True))
+    sns.set_theme(style="whitegrid", context="paper")
+    with plt.rc_context({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9,
+                         "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.fontsize": 8}):
+        fig, axes = plt.subplots(len(panels), 1, figsize=(FIRST_PAGE_INCHES, 3.8 * len(panels)), squeeze=False)
+        for ax, (values, g) in zip(axes.flat, panels):
+            where = dict(zip(keys, values))
+            sub = comp[(comp[keys] == pd.Series(where)).all(axis=1)]
+            methods = list(dict.fromkeys(g["method"]))
+            for colour, method in zip(sns.color_palette("colorblind", len(methods)), methods):
+                mine = g[g["method"] == method]
+                ratios = sub[sub["method"] == method]["envelope_ratio"].dropna()
+                label = method + (f": {ratios.mean():.2f} at M_0's final loss" if len(ratios) else "")
+                for i, (_, line) in enumerate(mine.groupby("seed")):
+                    ax.plot(line["loss"], line["ratio"], color=colour, lw=1.2, label=label if i == 0 else None)
+                if len(ratios):
+                    ax.plot([sub["m0_final_val_loss"].mean()], [ratios.mean()], marker="X", ms=8, color=colour,
+                            mec="white", mew=0.8, zorder=5)
+            ax.axhline(1.0, color="grey", ls="--", lw=1)
+            ax.invert_xaxis()  # training goes from high loss to low: left to right
+            ax.set_xlabel("validation loss reached (lower: further trained)")
+            ax.set_ylabel("M_1's FLOPs / M_0's FLOPs")
+            if len(panels) > 1:
+                ax.set_title(f"d0={where['d0']}, L0={where['L0']} -> d1={where['d1']}, L1={where['L1']}, "
+                             f"n={where['n']}; {int(where['budget']):,} tokens")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
+        fig.tight_layout()
+        fig.savefig(out_svg, bbox_inches="tight")
+    plt.close(fig)
+    return True
 
 
 # the columns that decide first; the rest follow (all of them are in comparison.csv)

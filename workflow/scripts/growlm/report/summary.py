@@ -46,6 +46,8 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
         return (f"{head}: {verdict}. M_1 reached M_0's final validation loss at {free} of M_0's FLOPs with {small} "
                 f"free{partly} and ended at {m1:.3f} (M_0: {m0:.3f}); the members' own training cost is not counted: it is "
                 f"not known (state it in members.cost to count it).")
+    if "envelope_ratio" in g and g["envelope_ratio_small_free"].notna().any():
+        return _envelope_sentence(head, g, small, members)
     counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
     ratio, ratio_free = ok["cost_ratio"].mean(), ok["cost_ratio_small_free"].mean()
     if ratio < 1:
@@ -61,12 +63,51 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
             f"(M_0: {m0:.3f}).")
 
 
+def _envelope_sentence(head: str, g: pd.DataFrame, small: str, members: int) -> str:
+    """An arm whose runs make an envelope (cooldown branches, or several budgets): the cost by envelope first
+    (growlm.envelope: the loss runs that ended there reached), then the first crossing within one schedule."""
+    seeds = g["seed"].nunique()
+    ok = g[g["envelope_reached"].astype(str).str.lower().isin(["true", "1"])]
+    m0, m1 = g["m0_final_val_loss"].mean(), g["m1_final_val_loss"].mean()
+    if not len(ok):
+        return (f"{head}: no run of M_1 (its cooldown branches included) reached M_0's final validation loss; M_1 "
+                f"ended at {m1:.3f} (M_0: {m0:.3f}).")
+    partly = f" (in {len(ok)} of {seeds} seeds)" if len(ok) < seeds else ""
+    free = _ratio(ok["envelope_ratio_small_free"].mean(), ok["envelope_ratio_small_free"].std(), len(ok))
+    counted_known = ok["envelope_ratio"].notna().all()
+    ratio = ok["envelope_ratio"].mean() if counted_known else ok["envelope_ratio_small_free"].mean()
+    verdict = "growing paid" if ratio < 1 else ("growing paid only if the members cost nothing"
+                                                 if ok["envelope_ratio_small_free"].mean() < 1 else "growing did not pay")
+    if small and counted_known:
+        whose = "the small model's" if members == 1 else "the small models'"
+        cost = (f"{_ratio(ok['envelope_ratio'].mean(), ok['envelope_ratio'].std(), len(ok))} of M_0's FLOPs counting "
+                f"{whose} training ({free} with {'it' if members == 1 else 'them'} free)")
+    else:
+        cost = f"{free} of M_0's FLOPs" + (" with the members free (their cost is not known)" if small else "")
+    within = g[g["reached"].astype(str).str.lower().isin(["true", "1"])]
+    inside = (f"within one schedule, M_1's first crossing inside its own run, {within['cost_ratio'].mean():.2f}"
+              if len(within) and within["cost_ratio"].notna().all() else
+              "within one schedule M_1's own run " + ("reached it" if len(within) else "did not reach it"))
+    return (f"{head}: {verdict}. By envelope (the lowest loss any run of each arm reached at each FLOPs, its cooldown "
+            f"branches being runs that ended there) M_1 reached M_0's final validation loss at {cost}{partly}; "
+            f"{inside}. M_1 ended at {m1:.3f} (M_0: {m0:.3f}).")
+
+
+def _passes(group: pd.DataFrame) -> str:
+    """How often the large arms (and the members) read their training text."""
+    if "m0_passes" not in group or group["m0_passes"].isna().all():
+        return ""
+    members = (f", the members {group['members_passes'].iloc[0]:.3g}" if "members_passes" in group
+               and group["members_passes"].notna().any() else "")
+    return f"; {group['m0_passes'].iloc[0]:.3g} passes over its training text{members}"
+
+
 def _per_param(group: pd.DataFrame) -> str:
     """M_0's budget in tokens per parameter (non-embedding, and total), as published savings are stated."""
     if "tokens_per_param" not in group:
         return ""
     return (f" ({group['tokens_per_param'].iloc[0]:.3g} tokens per non-embedding parameter, "
-            f"{group['tokens_per_param_total'].iloc[0]:.3g} per parameter)")
+            f"{group['tokens_per_param_total'].iloc[0]:.3g} per parameter{_passes(group)})")
 
 
 def _schedule(group: pd.DataFrame) -> str:
@@ -222,35 +263,50 @@ FIGURE_CAPTION = ("Validation loss against cumulative training FLOPs, means over
                   "and a cross marks where an arm first reaches it, at the cost ratio its legend gives.")
 
 
-def figure_html(svg_file) -> list[str]:
-    """The first page's figure as reST lines: the SVG inside the page itself (a data URI: the report is one
+SAVINGS_CAPTION = ("The saving at each loss: the FLOPs M_1 needs to reach a validation loss over the FLOPs M_0 needs, "
+                   "both read off their envelopes (the lowest loss any run of the arm - its cooldown branches "
+                   "included - reached at each FLOPs), the members counted; one line per arm and seed, a cross at M_0's "
+                   "final loss. Below the dashed line at 1, growing was cheaper at that loss.")
+
+
+def figure_html(svg_file, caption: str = FIGURE_CAPTION, figure_id: str = "growlm-answer") -> list[str]:
+    """A first-page figure as reST lines: the SVG inside the page itself (a data URI: the report is one
     file, and its first page shows no result of its own), as wide as the page, with its caption. The data
     runs over lines of 1000 characters (docutils refuses a line over 10,000; a URL's line breaks are dropped
     when a browser reads it)."""
     data = base64.b64encode(Path(svg_file).read_bytes()).decode("ascii")
     chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)] or [""]
-    alt = html.escape(FIGURE_CAPTION, quote=True)
-    return [".. raw:: html", "",
-            # Snakemake's report centres the first page in a window-high box that scrolls: a page taller than
-            # the window would lose its top (the title, this figure) above the scrolled area; top-aligned instead
-            "   <style>div.h-screen.items-center:has(#growlm-answer) { align-items: flex-start; }</style>",
-            f'   <figure id="growlm-answer" style="margin: 1em 0"><img alt="{alt}" '
+    alt = html.escape(caption, quote=True)
+    # Snakemake's report centres the first page in a window-high box that scrolls: a page taller than the window
+    # would lose its top (the title, the first figure) above the scrolled area; top-aligned instead
+    style = (["   <style>div.h-screen.items-center:has(#growlm-answer) { align-items: flex-start; }</style>"]
+             if figure_id == "growlm-answer" else [])
+    return [".. raw:: html", "", *style,
+            f'   <figure id="{figure_id}" style="margin: 1em 0"><img alt="{alt}" '
             f'style="width: 100%; height: auto; margin: 0" src="data:image/svg+xml;base64,{chunks[0]}',
             *(f"   {chunk}" for chunk in chunks[1:]),
-            f'   "><figcaption style="font-size: 0.85em">{html.escape(FIGURE_CAPTION)}</figcaption></figure>', ""]
+            f'   "><figcaption style="font-size: 0.85em">{html.escape(caption)}</figcaption></figure>', ""]
 
 
-def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None, figure_svg=None) -> None:
-    """The report's first page (reST): the figure (`figure_svg`: `answer_plot`'s), the answer, then the
-    workflow's description."""
+def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None, figure_svg=None,
+                  savings_svg=None) -> None:
+    """The report's first page (reST): the figure (`figure_svg`: `answer_plot`'s) and beside it, where the arms
+    have envelopes, the saving at each loss (`savings_svg`: `savings_plot`'s), the answer, then the workflow's
+    description."""
     lines = ["growlm: does growing pay?", "=" * 25, ""]
     if figure_svg is not None:
         lines += figure_html(figure_svg)
+    if savings_svg is not None and Path(savings_svg).is_file() and Path(savings_svg).stat().st_size:
+        lines += figure_html(savings_svg, SAVINGS_CAPTION, "growlm-savings")
     for sentence in summary_sentences(comparison_csv, tasks_csv):
         prefix = "" if sentence.startswith(("M_0 (", "The ", "**The ")) else "* "
         lines += [prefix + sentence, ""]
-    lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 first reaches M_0's final "
-              "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. The table "
-              f"under *Comparison* holds every number; ``{comparison_csv}`` every column.", "",
+    lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 reaches M_0's final "
+              "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. *By envelope*: "
+              "read off the lowest loss any run of each arm reached at each FLOPs, a run's cooldown branches being "
+              "complete runs of shorter budgets (the loss a budget buys, as scaling studies measure it); the "
+              "branches' own FLOPs are the measurement's cost, charged to no arm. *Within one schedule*: M_1's first "
+              "crossing inside its own run, whose rate has not decayed there (an upper bound). The table under "
+              f"*Comparison* holds every number; ``{comparison_csv}`` every column.", "",
               "The experiment", "--------------", "", ""]
     Path(out_rst).write_text("\n".join(lines) + Path(description_rst).read_text())

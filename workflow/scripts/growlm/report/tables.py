@@ -73,8 +73,12 @@ def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.Dat
 
 
 COMPARISON_COLUMNS = {
-    "method": "method", "arm": "arm", "reached": "reached M_0's loss",
-    "cost_ratio": "cost ratio (small counted)", "cost_ratio_small_free": "cost ratio (small models free)",
+    "method": "method", "arm": "arm",
+    "envelope_ratio": "cost ratio by envelope (small counted)",
+    "envelope_ratio_small_free": "cost ratio by envelope (small models free)",
+    "reached": "reached M_0's loss within one schedule",
+    "cost_ratio": "cost ratio within one schedule (small counted)",
+    "cost_ratio_small_free": "cost ratio within one schedule (small models free)",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
     "loss_gap_equal_flops": "loss gap at equal total FLOPs",
     "seed": "seed", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used",
@@ -88,6 +92,9 @@ COMPARISON_COLUMNS = {
     "ensemble_test_loss": "members' ensemble test loss (untrained)",
     "m0_flops": "M_0 FLOPs", "small_flops": "n small models' FLOPs",
     "m1_flops_to_m0_loss": "M_1 refine FLOPs to M_0's loss",
+    "m0_passes": "passes over the large arms' text", "members_passes": "passes over a member's text",
+    "m0_weight_decay": "M_0 weight decay", "m1_weight_decay": "M_1 weight decay",
+    "envelope_runs": "runs in the envelopes (M_0+M_1)", "cooldown_flops": "cooldown branches' FLOPs (no arm's)",
     "wall_ratio": "wall ratio (small counted)",
     # how each arm was computed (growlm.modes): torch.compile and the CPU threads change the last digits
     "m0_mode": "M_0 computed", "m1_mode": "M_1 computed",
@@ -98,9 +105,14 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     df = pd.read_csv(comparison_csv)
     cols = [c for c in COMPARISON_COLUMNS if c in df.columns] + task_score_columns(df)
     view = df[cols].astype(object)
-    for col in ("m1_flops_to_m0_loss", "cost_ratio", "cost_ratio_small_free", "wall_ratio"):
+    for col in ("m1_flops_to_m0_loss", "cost_ratio", "cost_ratio_small_free", "wall_ratio", "envelope_ratio",
+                "envelope_ratio_small_free"):
         if col in view:
             view[col] = view[col].where(pd.notna(df[col]), "not reached")
+    if "envelope_runs" in df:  # one run per arm (no branches, one budget): no envelope, not "not reached"
+        single = df["envelope_runs"].astype(str) == "1+1"
+        for col in ("envelope_ratio", "envelope_ratio_small_free"):
+            view.loc[single, col] = "one run per arm"
     view = view.rename(columns={**COMPARISON_COLUMNS, **{c: f"{'M_0' if c.startswith('m0_') else 'M_1'} {c[3:]}"
                                                          for c in task_score_columns(df)}})
 
@@ -114,9 +126,11 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
         return str(v)
 
     html = view.to_html(index=False, formatters={c: fmt for c in view.columns}, table_id="comparison")
-    note = ("<p>Cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 first "
-            "reaches M_0's final validation loss) / M_0's total FLOPs. Below 1: growing was cheaper. "
-            "'not reached': M_1 never reached M_0's final loss within the budget.</p>")
+    note = ("<p>Cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 reaches M_0's final "
+            "validation loss) / M_0's FLOPs. Below 1: growing was cheaper. <b>By envelope</b>: where the lowest loss "
+            "any run of M_1 reached (its cooldown branches, complete runs of shorter budgets, included) gets to M_0's "
+            "final loss, over where M_0's does. <b>Within one schedule</b>: M_1's first crossing inside its own run. "
+            "'not reached': M_1 never reached M_0's final loss.</p>")
     sweep_html = ""
     if lr_sweep_csv is not None and Path(lr_sweep_csv).is_file():
         sweep = pd.read_csv(lr_sweep_csv)

@@ -1,0 +1,95 @@
+"""Cost by envelope in the workflow: under wsd every large job keeps its state at the points of train.branches,
+a cooldown job per point decays from there, and the comparison, savings.csv and the report's first page read
+them; the states go once read, and a finished run has nothing left to do. Without branches, nothing changes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import TINY, copy_workflow, job_counts, run_snakemake
+
+WSD = """\
+train:
+  schedule: wsd
+methods: [msg]
+controls: {single_member: false, ensemble: false}
+profile: {tools: []}
+"""
+
+
+@pytest.fixture(scope="module")
+def wsd_run(tmp_path_factory):
+    wd = copy_workflow(tmp_path_factory.mktemp("envelope") / "wf")
+    (wd / "wsd.yaml").write_text(WSD)
+    plan = run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml").stdout
+    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "wsd.yaml")
+    return wd, plan
+
+
+def test_every_large_job_has_a_cooldown_per_point_and_a_finished_run_is_done(wsd_run):
+    wd, plan = wsd_run
+    counts = job_counts(plan)
+    assert counts["cooldown_baseline"] == 4 and counts["cooldown_refine"] == 4  # 0.2, 0.35, 0.5, 0.7
+    results = wd / "results" / "tiny"
+    for model in (results / "models" / "baseline").glob("*/*/s0"):
+        assert sorted(p.name for p in (model / "branches").iterdir()) == ["b20", "b35", "b50", "b70"]
+        for b in (model / "branches").iterdir():
+            assert not (b / "state").exists()  # temporary: gone once its cooldown read it
+    again = run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_branch_is_the_shorter_wsd_run_sharing_the_full_runs_steps(wsd_run):
+    from growlm.train_config import TrainConfig
+
+    wd, _ = wsd_run
+    models = wd / "results" / "tiny" / "models"
+    for model in [*models.glob("baseline/*/*/s0"), *models.glob("refined/*/*/*/*/s0")]:
+        meta = json.loads((model / "growlm.json").read_text())
+        full = TrainConfig.from_dict(meta["train"]["config"])
+        ledger = pd.read_csv(model / "ledger.csv")
+        for fraction, point in ((0.2, "b20"), (0.35, "b35"), (0.5, "b50"), (0.7, "b70")):
+            record = json.loads((model / "branches" / point / "branch.json").read_text())
+            step = full.branch_step(fraction)
+            assert (record["step"], record["steps"]) == (step, full.branch(step).steps)
+            branch = pd.read_csv(model / "branches" / point / "ledger.csv")
+            assert int(branch["step"].iloc[-1]) == record["steps"]
+            assert branch["val_loss"].iloc[-1] == record["final_val_loss"]
+            shared = ["step", "tokens", "flops", "lr", "val_loss"]
+            pd.testing.assert_frame_equal(branch[branch["step"] <= step][shared].reset_index(drop=True),
+                                          ledger[ledger["step"] <= step][shared].reset_index(drop=True))
+            per_step = meta["train"]["flops"] / full.steps  # no refiner here: the same FLOPs every step
+            assert record["flops"] == pytest.approx(per_step * record["steps"])
+            assert record["cooldown_flops"] == pytest.approx(per_step * (record["steps"] - step))
+
+
+def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
+    wd, _ = wsd_run
+    results = wd / "results" / "tiny"
+    row = pd.read_csv(results / "eval" / "comparison.csv").iloc[0]
+    assert row["envelope_runs"] == "5+5"
+    assert row["envelope_ratio"] <= row["cost_ratio"] + 1e-12
+    assert row["envelope_ratio_small_free"] <= row["cost_ratio_small_free"] + 1e-12
+    cooldowns = sum(json.loads(f.read_text())["cooldown_flops"]
+                    for f in (results / "models").rglob("branch.json"))
+    assert row["cooldown_flops"] == pytest.approx(cooldowns)
+    assert row["m0_passes"] > 0 and row["members_passes"] > 0 and row["m0_weight_decay"] == 0.1
+    savings = pd.read_csv(results / "eval" / "savings.csv")
+    assert len(savings) and set(savings["method"]) == {"msg"}
+    summary = (results / "report" / "summary.rst").read_text()
+    assert "By envelope (the lowest loss any run of each arm reached at each FLOPs" in summary
+    assert 'id="growlm-savings"' in summary and (results / "report" / "savings.svg").stat().st_size > 1000
+    assert "passes over its training text" in summary
+
+
+def test_without_branches_no_cooldown_is_planned(tmp_path):
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "wsd.yaml").write_text(WSD.replace("  schedule: wsd\n", "  schedule: wsd\n  branches: []\n"))
+    counts = job_counts(run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml").stdout)
+    assert "cooldown_baseline" not in counts and "cooldown_refine" not in counts and counts["train_baseline"] == 1
+    (wd / "bad.yaml").write_text(WSD.replace("  schedule: wsd\n", "  schedule: wsd\n  branches: [0.01]\n"))
+    proc = run_snakemake(wd, "-n", "--configfile", str(TINY), "bad.yaml", check=False)
+    assert proc.returncode != 0 and "train.branches = 0.01" in proc.stdout + proc.stderr
