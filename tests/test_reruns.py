@@ -54,6 +54,9 @@ TABLE = {
     # (the V-cycle's stages are shares of the shortest budget's steps at the first rate: its grow job reads them)
     "budgets": ("budgets: [20000]", {*SWEPT, "grow"}, {"train_baseline", "refine", "evaluate_model"}),
     "lrs": ("lrs: [0.002]", {*SWEPT, "grow"}, {"train_baseline", "refine", "evaluate_model"}),
+    # a weight decay other than train.weight_decay is named in the large runs' paths (growlm.experiment.optim_id):
+    # new M_0 and refinement jobs; the schedules' grow jobs keep train.weight_decay
+    "weight_decays": ("weight_decays: [0.05]", SWEPT, {"train_baseline", "refine", "evaluate_model"}),
     "methods": ("methods: [msg, [concat, lemon, zero_block], ligo, vcycle, apollo, lemon]", SWEPT, SWEEP_NEW),
     "model.head_dim": ("model: {head_dim: 4}", {"train_small", "train_baseline", "grow", "profile"}, set()),
     # the family and its settings are model settings: the models built from scratch and the schedules
@@ -96,6 +99,8 @@ TABLE = {
     # read it (inputs and params), the annealed members are evaluated as before
     "members.source": ("{train: {small: {schedule: wsd}}, members: {source: before_decay}}", {"grow", "profile"},
                        {"train_small"}),
+    # the members' budget as a share of M_0's FLOPs: their tokens (params) change
+    "members.flops_share": ("members: {flops_share: 0.05}", SMALL_PROFILE, set()),
     "train.small.tokens": ("train: {small: {tokens: 14000}}", SMALL_PROFILE, set()),
     "train.small.lr": ("train: {small: {lr: 0.002}}", SMALL_PROFILE, set()),
     "train.small.batch_size": ("train: {small: {batch_size: 4}}", SMALL_PROFILE, set()),
@@ -111,14 +116,20 @@ TABLE = {
     "train.refine.warmup_steps": ("train: {refine: {warmup_steps: 2}}", {"refine", "profile"}, set()),
     "train.refine.decay_share": ("train: {refine: {decay_share: 0.5}}", {"refine", "profile"}, set()),
     # a stage's schedule: a wsd member keeps its model where its decay begins (a new output); the refinement
-    # follows train.large's unless it sets its own; the V-cycle's stages keep their cosine (their grow job stays)
+    # follows train.large's unless it sets its own; the V-cycle's stages keep their cosine (their grow job stays);
+    # a wsd large job keeps its states for its cooldown branches (new outputs: it runs anew) and each branch is a
+    # job, which the comparison reads
     "train.small.schedule": ("train: {small: {schedule: wsd}}", {"profile"}, {"train_small"}),
-    "train.large.schedule": ("train: {large: {schedule: wsd}}", {"train_baseline", "refine", "profile"}, set()),
-    "train.refine.schedule": ("train: {refine: {schedule: wsd}}", {"refine", "profile"}, set()),
-    "train.schedule": ("train: {schedule: wsd}", {"train_baseline", "refine", "profile"}, {"train_small"}),
+    "train.large.schedule": ("train: {large: {schedule: wsd}}", {"compare", "profile"},
+                             {"train_baseline", "refine", "cooldown_baseline", "cooldown_refine"}),
+    "train.refine.schedule": ("train: {refine: {schedule: wsd}}", {"compare", "profile"}, {"refine", "cooldown_refine"}),
+    "train.schedule": ("train: {schedule: wsd}", {"compare", "profile"},
+                       {"train_small", "train_baseline", "refine", "cooldown_baseline", "cooldown_refine"}),
     # read by wsd runs only: the base's cosine runs rerun for neither
     "train.wsd_decay": ("train: {wsd_decay: 0.3}", set(), set()),
     "train.wsd_shape": ("train: {wsd_shape: linear}", set(), set()),
+    # the cooldown branches' points: under wsd only (the base's cosine runs have none)
+    "train.branches": ("train: {branches: [0.5]}", set(), set()),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),
