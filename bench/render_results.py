@@ -207,17 +207,19 @@ HEADLINE_SOURCES = ("savings_summary.csv", "savings_ramp9_summary.csv", "savings
 
 
 def _arms(frames) -> pd.DataFrame:
-    """Every arm of the headline's sources, once (a summary reread by a later file counts once)."""
+    """Every arm of the headline's sources, once (the same run summarised again by a later file counts once:
+    the same method, budget, seeds reached, cost ratio and final loss)."""
     rows = []
     for source, df in zip(HEADLINE_SOURCES, frames):
         for _, r in df.iterrows():
             rows.append({"source": source, "method": r["method"], "budget": int(r["budget"]),
                          "seeds": int(r["seeds"]), "reached": int(r["reached"]), "mean": r["cost_ratio_mean"],
-                         "std": r["cost_ratio_std"], "free": r["cost_ratio_small_free_mean"]})
-    arms = pd.DataFrame(rows)
-    key = arms["mean"].round(6).astype(str) + arms["method"] + arms["budget"].astype(str) + \
-        arms["reached"].astype(str)
-    return arms[~key.duplicated()]
+                         "std": r["cost_ratio_std"], "free": r["cost_ratio_small_free_mean"],
+                         "final": r["m1_final_val_loss"]})
+    arms = pd.DataFrame(rows, columns=["source", "method", "budget", "seeds", "reached", "mean", "std", "free",
+                                       "final"])
+    key = [(r.method, r.budget, r.reached, f"{r.mean:.6f}", f"{r.final:.5f}") for r in arms.itertuples()]
+    return arms[~pd.Series(key, index=arms.index).duplicated()]
 
 
 def headline_arm(frames) -> tuple[pd.Series, int]:
