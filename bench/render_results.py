@@ -875,6 +875,22 @@ def schedules_losses(df) -> str:
         + "; ".join(shares) + ".")
 
 
+@block("modes", RESULTS_PAGE, "modes_cpu.csv")
+def modes(df) -> str:
+    rows = [[int(r["run"]), r["mode"], f"{r['final_val_loss']:.9f}", f"{r['loss_rel_diff']:.1e}",
+             f"{r['max_weight_rel_diff']:.1e}"] for _, r in df.iterrows()]
+    repeat = df.iloc[1]
+    others = df.iloc[2:]
+    return table(["run", "mode", "final validation loss", "relative difference", "largest weight difference"],
+                 rows) + (
+        f"\n\n(torch {df['torch'].iloc[0]}, on the {df['device'].iloc[0].upper()}.) The repeat of run 1 "
+        + ("is the same to the bit" if repeat["max_weight_rel_diff"] == 0 == repeat["loss_rel_diff"] else
+           f"differs by up to {repeat['max_weight_rel_diff']:.1e}")
+        + f"; the other modes' weights differ by up to "
+        f"{others['max_weight_rel_diff'].max():.1e} of a tensor's largest value, their final losses by up to "
+        f"{others['loss_rel_diff'].max():.1e} relative.")
+
+
 # ---------------------------------------------------------------------------------------------
 # the README's answer
 # ---------------------------------------------------------------------------------------------
