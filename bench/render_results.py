@@ -875,6 +875,18 @@ def schedules_losses(df) -> str:
         + "; ".join(shares) + ".")
 
 
+@block("throughput", RESULTS_PAGE, "throughput_cpu.csv")
+def throughput(df) -> str:
+    rows = [[int(r["d"]), count(r["params"]), f"{r['growlm_tok_s']:,.0f}", f"{r['ref_tok_s']:,.0f}",
+             f"{r['ratio']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f})"] for _, r in df.iterrows()]
+    r = df.iloc[0]
+    return table(["d", "parameters", "growlm tokens/s", "reference tokens/s",
+                  f"ratio: median of {int(r['rounds'])} rounds (lowest-highest)"], rows) + (
+        f"\n\n`throughput_ratio={df['ratio'].min():.3f}` (the lowest over the widths; goal >= 1.0: "
+        f"{'met' if df['ratio'].min() >= 1 else 'not met'}), torch {r['torch']}, {int(r['threads'])} thread, "
+        f"{r['clock']} clock.")
+
+
 @block("modes", RESULTS_PAGE, "modes_cpu.csv")
 def modes(df) -> str:
     rows = [[int(r["run"]), r["mode"], f"{r['final_val_loss']:.9f}", f"{r['loss_rel_diff']:.1e}",
