@@ -206,6 +206,11 @@ HEADLINE_SOURCES = ("savings_summary.csv", "savings_ramp9_summary.csv", "savings
                     "explore_recipes_4x_a.csv", "explore_recipes_4x_b.csv", "explore_recipes_4x_c.csv")
 
 
+HEADLINE_NOTES = {"combine_trunk_summary.csv": ", section 5: m_1 trained on a shared trunk, then on one cluster of books",
+                  "combine_clusters_summary.csv": ", section 5: m_1 trained on one cluster of books",
+                  "explore_msg_members_450k_800k.csv": ", section 1c: m_1 trained 450k tokens"}
+
+
 def _arms(frames) -> pd.DataFrame:
     """Every arm of the headline's sources, once (the same run summarised again by a later file counts once:
     the same method, budget, seeds reached, cost ratio and final loss)."""
@@ -243,8 +248,8 @@ def headline_sentence(*frames) -> str:
             f"with the members counted over the arms that reached M_0 on every seed, of the {n} arms measured at "
             f"the savings benchmark's setting (sections 1, 5, 8 and 9): {pm(best['mean'], best['std'])} (`{best['method']}`, "
             f"{best['reached']}/{best['seeds']} seeds, {best['free']:.3f} with the member free, M_0's budget "
-            f"{tok(best['budget'])} tokens; section 5, a member trained on a shared trunk and one cluster of "
-            f"books). It is the best of many, {gap:.1f} of its standard deviations below the main benchmark's "
+            f"{tok(best['budget'])} tokens; `bench/results/{best['source']}`"
+            f"{HEADLINE_NOTES.get(best['source'], '')}). It is the best of many, {gap:.1f} of its standard deviations below the main benchmark's "
             f"`msg` at the same budget ({pm(msg['cost_ratio_mean'], msg['cost_ratio_std'])}, section 1a): "
             f"a hint, not a finding.")
 
@@ -907,15 +912,14 @@ def modes(df) -> str:
 # the README's answer
 # ---------------------------------------------------------------------------------------------
 
-@block("readme-answer", README_PAGE, "budgets_table.csv", "budgets_long_table.csv", "schedules_table.csv",
-       "families_summary.csv", "scaling_summary.csv", "config/config.yaml", "bench/savings.yaml",
-       "bench/scaling.yaml")
-def readme_answer(budgets, long, schedules, families, scaling, default, bench, scaling_cfg) -> str:
+@block("readme-answer", README_PAGE, "budgets_table.csv", "schedules_table.csv", "families_summary.csv",
+       "scaling_summary.csv", "config/config.yaml", "bench/savings.yaml", "bench/scaling.yaml")
+def readme_answer(budgets, schedules, families, scaling, default, bench, scaling_cfg) -> str:
     small = m0_params(_merged(default, bench))
     largest = m0_params(_merged(default, scaling_cfg), d1=int(scaling["d1"].max()))
     msg = budgets[budgets["method"] == "msg"].sort_values("budget")
     first, last = msg.iloc[0], msg.iloc[-1]
-    multi = row_of(long, method="msg_members+carry")
+    big, big_budget = m0_params(default), default["train"]["large"]["tokens"]
     wsd = row_of(schedules, method="msg", schedule="wsd", m0_schedule="wsd", budget=int(last["budget"]))
     gpt2 = row_of(families, family="gpt2", method="msg")
     per = small[0]
@@ -925,12 +929,11 @@ def readme_answer(budgets, long, schedules, families, scaling, default, bench, s
             f"{first['cost_ratio_std']:.2f} of M_0's FLOPs with the small model's training counted "
             f"({first['small_free']:.2f} with it free) at {first['budget'] / per:.0f} training tokens per "
             f"non-embedding parameter, rising to {last['cost_ratio']:.2f} ± {last['cost_ratio_std']:.2f} "
-            f"({last['small_free']:.2f}) at {last['budget'] / per:.0f} and {multi['cost_ratio']:.2f} ± "
-            f"{multi['cost_ratio_std']:.2f} at {multi['budget'] / per:.0f} (two members grown together; "
-            f"{gpt2['cost_ratio']:.2f} ± {gpt2['cost_ratio_std']:.2f} in the default experiment), and combining "
+            f"({last['small_free']:.2f}) at {last['budget'] / per:.0f} ({gpt2['cost_ratio']:.2f} ± "
+            f"{gpt2['cost_ratio_std']:.2f} in the default experiment, at {big_budget / big[0]:.1f}), and combining "
             f"several small models never beat growing from one by more than the seed spread. Under warmup-stable-decay, which trains M_0 "
             f"better, the saving at {last['budget'] / per:.0f} tokens per parameter nearly vanishes "
-            f"({wsd['cost_ratio']:.2f} ± {wsd['cost_ratio_std']:.2f}), and nothing has been measured at a hundred "
+            f"({wsd['cost_ratio']:.2f} ± {wsd['cost_ratio_std']:.2f}), and no saving has been measured at a hundred "
             f"million parameters or more, or on a GPU.")
 
 
