@@ -10,6 +10,7 @@ second reference run checks that one mode repeats itself bit for bit. The last l
 `modes same_mode=<max relative difference of the repeat> other_modes=<largest over the other modes>`.
 
     PYTHONPATH=workflow/scripts .venv/bin/python bench/modes.py          # on the CPU
+    PYTHONPATH=workflow/scripts .venv/bin/python bench/modes.py --out bench/results/modes_cpu.csv   # and the table as CSV
     PYTHONPATH=workflow/scripts .venv/bin/python bench/modes.py --device cuda
 """
 
@@ -67,6 +68,7 @@ def run(compiled: bool, threads: int, device: str, out: Path) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=None, help="CSV file for the table (bench/RESULTS.md renders it)")
     p.add_argument("--run", nargs=4, help=argparse.SUPPRESS)  # one run, in a subprocess
     args = p.parse_args(argv)
     if args.run:
@@ -89,12 +91,22 @@ def main(argv=None) -> int:
 
     print(f"M_0 d{D} x {L}, {TOKENS} tokens, on {args.device}; reference: run 1 ({ref['mode']})")
     print(f"{'run':>3}  {'mode':<32} {'final val loss':>16} {'rel. diff':>10} {'max weight rel. diff':>21}")
-    diffs = []
+    diffs, table = [], []
     for i, r in enumerate(rows, start=1):
         loss_diff = abs(r["val_loss"] - ref["val_loss"]) / ref["val_loss"]
         wd = weight_diff(r["weights"])
         diffs.append(max(loss_diff, wd))
+        table.append({"run": i, "mode": r["mode"], "final_val_loss": f"{r['val_loss']:.12f}",
+                      "loss_rel_diff": f"{loss_diff:.3e}", "max_weight_rel_diff": f"{wd:.3e}",
+                      "torch": torch.__version__, "device": args.device})
         print(f"{i:>3}  {r['mode']:<32} {r['val_loss']:>16.9f} {loss_diff:>10.2e} {wd:>21.2e}")
+    if args.out:
+        import csv
+
+        with open(args.out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
     others = [d for (how, threads), d in zip(MODES[2:], diffs[2:])]
     print(f"modes same_mode={diffs[1]:.2e} other_modes={max(others):.2e}")
     del torch

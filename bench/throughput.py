@@ -167,6 +167,7 @@ def main(argv=None) -> int:
     p.add_argument("--unfused", action="store_true",
                    help="growlm as before this benchmark: HF logits + F.cross_entropy, per-tensor AdamW")
     p.add_argument("--quick", action="store_true", help="smoke run: d=32, 2 layers, 2 rounds of 2 steps")
+    p.add_argument("--out", default=None, help="CSV file for the table (bench/RESULTS.md renders it)")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.layers, args.vocab, args.context, args.batch = "32", 2, 256, 32, 4
@@ -194,6 +195,17 @@ def main(argv=None) -> int:
     for r in results:
         print(f"{r['d']:>5} {r['params']:>10} {r['growlm']:>13.0f} {r['ref']:>11.0f} {r['ratio']:>7.3f} "
               f"{r['ratio_min']:>6.3f}..{r['ratio_max']:.3f}")
+    if args.out:
+        import csv
+
+        with open(args.out, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["d", "params", "growlm_tok_s", "ref_tok_s", "ratio", "ratio_min", "ratio_max", "rounds",
+                             "steps", "threads", "clock", "unfused", "torch", "device"])
+            for r in results:
+                writer.writerow([r["d"], r["params"], f"{r['growlm']:.1f}", f"{r['ref']:.1f}", f"{r['ratio']:.4f}",
+                                 f"{r['ratio_min']:.4f}", f"{r['ratio_max']:.4f}", args.rounds, args.steps,
+                                 torch.get_num_threads(), args.clock, args.unfused, torch.__version__, args.device])
     print(f"throughput_ratio={min(r['ratio'] for r in results):.3f}")
     return 0
 
