@@ -175,3 +175,18 @@ def test_the_saving_curve_divides_the_envelopes_at_each_loss():
     for r in rows:
         assert r["ratio"] == pytest.approx(reach(m1, r["loss"]) / reach(m0, r["loss"]))
     assert saving_curve(m0, [[(1e9, 3.0)]], steps=5) == []  # no loss both cover
+
+
+def test_a_runs_kept_branch_state_is_not_taken_for_damaged_weights(tmp_path):
+    """A run stopped after its large job kept its branches' states, before their cooldowns read them, leaves
+    checkpoint folders (their own manifests, no .sha256 records) in the model's folder: the next run's
+    integrity check passes them, and still names a model's weights whose record is gone."""
+    from growlm.outputs import damaged_files
+    from growlm.errors import sha256
+
+    model = tmp_path / "models" / "baseline" / "d8_L1" / "t100_lr0.1" / "s0"
+    for folder in (model, model / "branches" / "b20" / "state", tmp_path / "models" / "other"):
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights")
+    (model / "model.safetensors.sha256").write_text(sha256(model / "model.safetensors"))
+    assert [p for p, _ in damaged_files(tmp_path)] == [str(tmp_path / "models" / "other" / "model.safetensors")]

@@ -172,10 +172,12 @@ RECORDED = {"token files": ("tokens", "**/*.npy"), "corpus levels": ("corpus", "
 def _unrecorded(folder: Path) -> list[str]:
     """The files of a RECORDED kind that have no `.sha256` beside them while others of their kind have:
     their content cannot be checked, and a file changed with its record removed would pass for a new
-    input (Snakemake sees only its date)."""
+    input (Snakemake sees only its date). A cooldown branch's state (`<model>/branches/b<point>/state/`) is a
+    checkpoint, checked by its own manifest when its branch reads it: not a recorded file."""
     out = []
     for sub, pattern in RECORDED.values():
-        files = [f for f in sorted((folder / sub).glob(pattern)) if f.is_file() and f.suffix != ".sha256"]
+        files = [f for f in sorted((folder / sub).glob(pattern)) if f.is_file() and f.suffix != ".sha256"
+                 and not (f.parent.name == "state" and "branches" in f.parts)]
         kept = [Path(f"{f}.sha256").is_file() for f in files]
         if any(kept):
             out += [str(f) for f, k in zip(files, kept) if not k]
