@@ -92,7 +92,7 @@ def branch_targets(dirs=None):
     """The branch records of every large model of the sweep (`dirs`: the models' folders)."""
     out = []
     for d in dirs if dirs is not None else model_dirs():
-        kind = "baseline" if "/models/baseline/" in d else "refine" if "/models/refined/" in d else None
+        kind = {"baseline": "baseline", "refined": "refine"}.get(Path(d).relative_to(R).parts[1])
         out += [f"{d}/branches/b{p}/branch.json" for p in BRANCHES.get(kind) or {}]
     return out
 
