@@ -420,3 +420,34 @@ def test_the_cost_by_envelope_reads_the_branches_and_is_below_the_first_crossing
     assert after["cooldown_flops"] == 120.0
     savings = pd.read_csv(tmp_path / "savings.csv")
     assert len(savings) and (savings["ratio"] > 0).all() and savings["loss"].min() == pytest.approx(4.0)
+
+
+def test_under_the_cosine_a_budget_sweep_makes_the_envelope(tmp_path, monkeypatch):
+    """Each budget's run is one of an arm's runs: at the longer budget, M_1's shorter run (which ended, annealed,
+    lower than its longer run was at the same FLOPs) makes M_1's envelope reach M_0's final loss sooner."""
+    paths = {k: (v.replace("{root}", str(tmp_path)) if v else v) for k, v in PATHS.items()}
+    grown = tmp_path / "grown" / "g" / "s0"
+    grown.mkdir(parents=True)
+    (grown / "growth.json").write_text(json.dumps(
+        {"members": [{"dir": str(tmp_path / "small/m1"), "flops": 50.0, "wall_s": 1.0}], "growth_flops": 0}))
+    ledger(tmp_path / "small" / "m1", [9.0, 8.0])
+    curves = {("baseline", 1000): [8, 6, 5.0], ("baseline", 2000): [8, 6.5, 5.5, 4.8, 4.0],
+              ("refined/g", 1000): [6, 5, 3.95], ("refined/g", 2000): [6, 5.2, 4.6, 4.3, 3.9]}
+    combos = []
+    for (arm, budget), losses in curves.items():
+        ledger(tmp_path / arm / f"t{budget}_lr0.002" / "s0", losses)
+        if arm == "baseline":
+            M0_CONFIG.to_json_file(tmp_path / arm / f"t{budget}_lr0.002" / "s0" / "config.json")
+            combos.append({"d0": 8, "L0": 1, "d1": 16, "L1": 2, "n": 1, "method": "g", "seed": 0, "budget": budget,
+                           "lr": "0.002"})
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    out = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                           unigram_train="x", unigram_test="y", vocab_size=8, savings_csv=tmp_path / "s.csv")
+    long = out[out["budget"] == 2000].iloc[0]
+    assert long["envelope_runs"] == "2+2"
+    # M_0 ends at 4.0 (400 FLOPs); M_1's 2000-token run reaches 4.0 only after 300 of its own FLOPs (4.3 -> 3.9),
+    # its annealed 1000-token run between 100 (5.0) and 200 (3.95): with the member's 50, read in log FLOPs
+    assert long["m1_envelope_flops"] == pytest.approx(150 * (250 / 150) ** ((5 - 4) / (5 - 3.95)), rel=1e-9)
+    assert long["envelope_ratio"] == pytest.approx(long["m1_envelope_flops"] / 400)
+    assert long["envelope_ratio"] < 0.65 < long["cost_ratio"]

@@ -93,3 +93,35 @@ def test_without_branches_no_cooldown_is_planned(tmp_path):
     (wd / "bad.yaml").write_text(WSD.replace("  schedule: wsd\n", "  schedule: wsd\n  branches: [0.01]\n"))
     proc = run_snakemake(wd, "-n", "--configfile", str(TINY), "bad.yaml", check=False)
     assert proc.returncode != 0 and "train.branches = 0.01" in proc.stdout + proc.stderr
+
+
+def test_the_cooldown_job_at_the_decay_start_is_the_tiny_experiments_m0_to_the_last_bit(wsd_run, tmp_path):
+    """The jobs' own functions on the tiny experiment's data: M_0 keeping its state where its decay begins (the
+    point 1.0 of its stable phase), and the cooldown job from there, which is then the complete run of M_0's
+    own budget: its ledger is the workflow's M_0's, row for row, the losses to the last digit written."""
+    import torch
+
+    from growlm.jobs.train import cooldown, train_model
+
+    wd, _ = wsd_run
+    results = wd / "results" / "tiny"
+    m0 = next((results / "models" / "baseline").glob("*/*/s0"))
+    meta = json.loads((m0 / "growlm.json").read_text())
+    train = {k: v for k, v in meta["train"]["config"].items() if k not in
+             ("device", "micro_batch_size", "recompute_every", "strategy", "compile", "compile_ramps", "sync_every",
+              "peak_flops", "save_moments", "inputs")}
+    model = {"n_embd": 32, "n_layer": 2, "n_positions": 32, "head_dim": 8, "tie_word_embeddings": True}  # tiny.yaml's
+    files = dict(train_file=results / "tokens/level1/train.npy", val_file=results / "tokens/level1/val.npy",
+                 tokenizer_dir=results / "tokenizer")
+    torch.set_num_threads(1)
+    out = tmp_path / "models" / "m0"
+    train_model(train=train, model=model, init_seed=0, role="baseline M_0", out_dir=out, branches={"100": 1.0},
+                **files)
+    state = out / "branches" / "b100" / "state"
+    assert state.is_dir()
+    cooldown(kind="baseline", fraction=1.0, state_dir=state, out_dir=tmp_path / "models" / "m0" / "branches" / "b100",
+             train=train, model=model, init_seed=0, role="baseline M_0", **files)
+    cols = ["step", "tokens", "flops", "lr", "train_loss", "val_loss"]
+    workflow_m0 = pd.read_csv(m0 / "ledger.csv")[cols]
+    pd.testing.assert_frame_equal(pd.read_csv(out / "ledger.csv")[cols], workflow_m0)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "branches" / "b100" / "ledger.csv")[cols], workflow_m0)
