@@ -137,6 +137,16 @@ class Runner:
         subprocess.run(cmd, check=True, cwd=run)
 
 
+    def run_many(self, runs: dict[str, tuple[dict, list[str]]]) -> None:
+        """`run` for every {folder: (overlay, targets)}, `cores` of them at a time, each on one core."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        one = Runner(self.root, self.budget, 1)
+        with ThreadPoolExecutor(max_workers=self.cores) as pool:
+            for done in [pool.submit(one.run, folder, overlay, targets) for folder, (overlay, targets) in runs.items()]:
+                done.result()
+
+
 def final_loss(run: Path, model: str) -> float:
     from growlm.compare import final_val_loss
 
@@ -173,8 +183,13 @@ def choose(r: Runner) -> dict:
     wds = sorted({0.1, m0_wd})
     r.run("base", {}, arm_targets(r, msg, wds, (0,)) + m0_targets(r, m0_wd, (0,)), copy_of=None)
     arm_wd = min(wds, key=lambda wd: final_loss(r.folder("base"), refined_dir(msg, r.budget, optim(ARM_LR, wd), 0)))
-    for name, arm in all_arms.items():  # M_0 is base's (arm_rows): no arm's folder trains it again
-        r.run(arm["folder"], arm["overlay"], arm_targets(r, arm, [arm_wd], (0,)))
+    # every arm's folder at once, two at a time on one core each (a refinement is one job: a second core would
+    # idle); the base folder's arms in one run. M_0 is base's (arm_rows): no arm's folder trains it again.
+    runs: dict[str, tuple[dict, list[str]]] = {}
+    for arm in all_arms.values():
+        overlay, targets = runs.setdefault(arm["folder"], (arm["overlay"], []))
+        targets += arm_targets(r, arm, [arm_wd], (0,))
+    r.run_many({folder: (overlay, targets) for folder, (overlay, targets) in runs.items()})
     rows = [row for name, arm in all_arms.items() for row in arm_rows(r, name, arm, m0_wd, arm_wd, (0,))]
     ranked = sorted((row for row in rows if row["envelope_ratio"] == row["envelope_ratio"]),
                     key=lambda row: row["envelope_ratio"])
@@ -193,8 +208,8 @@ def more_seeds(r: Runner, choices: dict, seeds=(1, 2)) -> None:
     all_arms = arms(r.budget)
     r.run("base", {}, m0_targets(r, choices["m0_wd"], seeds) + arm_targets(r, all_arms["msg"], [choices["arm_wd"]], seeds),
           copy_of=None)
-    for arm in (all_arms[choices["best_share"]], with_teach(all_arms[choices["best"]])):
-        r.run(arm["folder"], arm["overlay"], arm_targets(r, arm, [choices["arm_wd"]], seeds))
+    r.run_many({arm["folder"]: (arm["overlay"], arm_targets(r, arm, [choices["arm_wd"]], seeds))
+                for arm in (all_arms[choices["best_share"]], with_teach(all_arms[choices["best"]]))})
 
 
 def arm_rows(r: Runner, name: str, arm: dict, m0_wd: float, arm_wd: float, seeds) -> list[dict]:
