@@ -172,6 +172,7 @@ def test_tiny_run_makes_the_report(tiny_run):
     assert float(row["ensemble_test_loss"]) > 0
     assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
     assert float(row["small_flops"]) > 0 and float(row["m0_flops"]) > 0
+    assert {r["members_schedule"] for r in comparison} == {"cosine"}  # read from the members, as M_0's and M_1's
     report = (tiny_run / "results/tiny/report.html").read_text(errors="replace")
     assert "comparison.html" in report and "loss_vs_flops.svg" in report
     for path in ["results/tiny/report/comparison.html", "results/tiny/report/loss_vs_flops.svg",
@@ -245,6 +246,10 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
     # the refinement's warm-up is train.refine's: M_0's own warm-up does not touch it
     ("train: {large: {warmup_steps: 4}}", {"train_baseline"}, {"train_small", "grow", "refine"}),
     ("train: {refine: {warmup_steps: 2}}", {"refine"}, {"train_small", "train_baseline", "grow"}),
+    # under wsd a member's job keeps one model more (where its decay began): it reruns all the same, whatever
+    # members.source reads (Snakemake compares no params of a job with an output it has no record of)
+    ("train: {schedule: wsd}", {"train_small", "train_baseline", "grow", "refine", "compare"}, set()),
+    ("train: {small: {schedule: wsd}}", {"train_small", "grow", "refine", "compare"}, {"train_baseline"}),
 ])
 def test_a_training_setting_reruns_only_the_jobs_that_read_it(tiny_run, tmp_path, change, reruns, keeps):
     overlay = tmp_path / "change.yaml"
