@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 
 import pytest
@@ -178,6 +179,18 @@ def test_tiny_run_makes_the_report(tiny_run):
     for path in ["results/tiny/report/comparison.html", "results/tiny/report/loss_vs_flops.svg",
                  "results/tiny/report/corpus_stats.html"]:
         assert (tiny_run / path).stat().st_size > 500
+
+
+def test_the_report_of_an_unfinished_run_says_to_finish_it_first(workflow_dir):
+    """Snakemake would stop at the first figure marked for the report that is not made yet ("marked for report
+    but does not exist"): growlm says in one line that the run is not finished, with the command that finishes it."""
+    proc = run_snakemake(workflow_dir, "--cores", "1", "--configfile", str(TINY), "--report", "r.html", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "marked for report but does not exist" not in out, out[-3000:]
+    assert re.search(r"the report describes a finished run, and this one is not finished \(\d+ of its outputs are "
+                     r"not made yet, such as results/tiny/\S+\): finish it with `\S+ -m snakemake --cores 1 "
+                     r"--configfile \S+tiny.yaml`, then build the report", out), out[-3000:]
+    assert not (workflow_dir / "r.html").exists()
 
 
 def test_a_finished_run_is_complete_and_a_moved_copy_reruns_nothing(tiny_run, tmp_path):
