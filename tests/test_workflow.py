@@ -5,10 +5,11 @@ from __future__ import annotations
 import csv
 import re
 import shutil
+import subprocess
 
 import pytest
 
-from conftest import REPO, TINY, check_profile_tables, job_counts, run_snakemake
+from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, job_counts, run_snakemake
 
 
 def test_default_config_dry_run(workflow_dir):
@@ -123,6 +124,20 @@ def test_a_name_that_reads_as_a_number_is_its_text_and_a_yaml_tag_is_found_where
         (problem,) = config_tag_problems(["snakemake", "--config", "experiment=a", f"methods={value}", "-n"])
         assert problem.startswith(f"--config {'methods=' + value!r}: !") and "give methods its value" in problem
     assert config_tag_problems(["snakemake", "--config=methods=!!python/tuple [x]"])  # the option's inline form
+
+
+def test_members_no_method_reads_are_said_before_the_jobs(workflow_dir):
+    """msg grows from m_1 alone: n = 40 would train and evaluate 40 members (for the members' ensemble only),
+    said in one line before Snakemake plans a job; with a method that combines members, nothing is said."""
+    out = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "methods=[msg]",
+                          "n_members=40"], cwd=workflow_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600).stdout  # one stream: the line comes before the plan
+    line = ("growlm: warning: n = 40: no method of the sweep reads more than 1 member (msg reads m_1 alone), yet all 40 "
+            "are trained and evaluated (40 trainings); the other 39 serve only the members' ensemble "
+            "(controls.ensemble). n: [1] trains what the methods read")
+    assert line in out and out.index(line) < out.index("Building DAG of jobs"), out[-3000:]
+    combined = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY)).stderr
+    assert "no method of the sweep reads" not in combined
 
 
 def test_missing_source_file_is_named(workflow_dir):
