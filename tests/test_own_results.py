@@ -288,7 +288,8 @@ def test_the_hints_of_a_run_with_targets_after_dashes_put_their_flags_before_the
     assert unlock[-3:] == ["--unlock", "--", target], unlock
     _run_printed(wd, unlock)
     assert not list((wd / ".snakemake" / "locks").glob("*.lock"))
-    assert "Nothing to be done" in _run_printed(wd, again).stdout
+    done = _run_printed(wd, again)
+    assert "Nothing to be done" in done.stdout + done.stderr
 
 
 @pytest.mark.slow
