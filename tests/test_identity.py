@@ -176,6 +176,41 @@ def test_a_bundled_book_put_back_with_its_old_date_is_read_again(tiny_run, tmp_p
     assert "zebraquark" not in corpus() and " hen " in corpus()
 
 
+@pytest.mark.slow
+def test_a_book_edited_then_put_back_retrains_no_model_whose_tokens_came_out_the_same(tiny_run, tmp_path):
+    """An edited level-1 book refits the tokenizer and re-encodes every level; level 0's tokens come out as they
+    were (this edit changes no merge), and the run plans again after each encoding (rule encode_split is a
+    checkpoint), so the members are not trained again. The book put back with its old date (`cp -p`) is
+    re-encoded to the very tokens M_0 and the members were trained on: no model is trained again."""
+    import hashlib
+
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    (wd / "workflow" / "resources").unlink()
+    shutil.copytree(REPO / "workflow" / "resources", wd / "workflow" / "resources")
+    name = "pg18735_little_red_hen.txt"  # level 1
+    book = wd / "workflow" / "resources" / "corpus" / name
+    book.write_text(book.read_text().replace("found a Seed", "found a small Seed", 1))
+    models = [wd / f"results/tiny/models/small/d16_L1/s0/m{i}/model.safetensors" for i in (1, 2)]
+    models.append(wd / "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0/model.safetensors")  # M_0: level 1
+    made = {m: m.stat().st_mtime_ns for m in models}
+    args = ["--cores", "1", "--configfile", str(TINY)]
+
+    def tokens(level: int) -> str:  # its three splits'
+        return hashlib.sha256(b"".join((wd / f"results/tiny/tokens/level{level}/{split}.npy").read_bytes()
+                                       for split in ("train", "val", "test"))).hexdigest()
+
+    before = tokens(0), tokens(1)
+    level1 = [f"results/tiny/tokens/level1/{split}.npy" for split in ("train", "val", "test")]
+    run_snakemake(wd, *[str(m.relative_to(wd)) for m in models[:2]], *level1, *args)  # targets first
+    assert tokens(0) == before[0] and tokens(1) != before[1]  # level 0 as it was, level 1 re-encoded anew
+    assert {m: m.stat().st_mtime_ns for m in models} == made  # no member trained again
+    subprocess.run(["cp", "-p", str(REPO / "workflow" / "resources" / "corpus" / name), str(book)], check=True)
+    run_snakemake(wd, *[str(m.relative_to(wd)) for m in models], *args)
+    assert (tokens(0), tokens(1)) == before  # re-encoded as they were when the models were trained
+    assert {m: m.stat().st_mtime_ns for m in models} == made  # so no model is trained again
+
+
 def test_a_damaged_corpus_file_is_named_before_any_job(tiny_run, tmp_path):
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)

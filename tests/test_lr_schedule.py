@@ -222,7 +222,7 @@ def test_the_comparison_and_the_first_page_say_where_the_members_were_grown_from
     it, with M_0's budget per parameter, beside the cost ratio it counts."""
     import pandas as pd
 
-    from growlm.compare import grown_from, schedule_of
+    from growlm.compare import grown_from, members_schedule, schedule_of
     from growlm.growth_record import Growth
     from growlm.jobs.grow import grow
     from growlm.report import summary_sentences
@@ -234,6 +234,7 @@ def test_the_comparison_and_the_first_page_say_where_the_members_were_grown_from
     assert grown_from(Growth.read(tmp_path / "annealed")) == "annealed"
     assert grown_from(Growth.read(tmp_path / "before")) == "before decay (step 32 of 40)"
     assert schedule_of(dirs[0]) == "wsd (last 20%, 1-sqrt)" and schedule_of(tmp_path / "before") == ""
+    assert members_schedule([{"dir": str(d)} for d in dirs]) == "wsd (last 20%, 1-sqrt)"
     row = {"d0": 16, "L0": 1, "d1": 32, "L1": 2, "n": 2, "budget": 5120, "seed": 0, "method": "msg_members",
            "arm": "grown from n members", "members_used": 2, "reached": True, "cost_ratio": 0.7,
            "cost_ratio_small_free": 0.6, "m0_final_val_loss": 5.0, "m1_final_val_loss": 4.9,
@@ -245,3 +246,8 @@ def test_the_comparison_and_the_first_page_say_where_the_members_were_grown_from
             "the wsd (last 20%, 1-sqrt) schedule, the members grown where their wsd decay began (step 32 of 40; their "
             "training up to there is the cost counted, the annealed members are evaluated) ends at") in text
     assert "growing paid. M_1 reached M_0's final validation loss at 0.70 of M_0's FLOPs" in text
+    # members of another schedule than M_0's are named (the comparison reads each arm's from its models)
+    pd.DataFrame([{**row, "members_schedule": "cosine", "members_grown_from": "annealed"}]).to_csv(
+        tmp_path / "comparison.csv", index=False)
+    assert "under the wsd (last 20%, 1-sqrt) schedule (the members: cosine) ends at" in " ".join(
+        summary_sentences(tmp_path / "comparison.csv"))

@@ -51,6 +51,9 @@ def snakemake_options() -> dict:
      ["results/x.csv"]),
     (["snakemake", "-c2", "--profile", "profiles/slurm", "--force", "all"], ["-c2", "--profile", "profiles/slurm"],
      ["all"]),
+    # after `--` every word is a target (an option such as --configfile would take them otherwise)
+    (["snakemake", "--cores", "1", "--configfile", "a.yaml", "--", "results/x.csv", "results/y.csv"],
+     ["--cores", "1", "--configfile", "a.yaml"], ["results/x.csv", "results/y.csv"]),
 ])
 def test_the_users_command_keeps_what_makes_the_experiment(argv, args, targets):
     command = hints.split_command(argv, snakemake_options())
@@ -259,6 +262,34 @@ def test_a_damaged_input_stops_the_run_before_any_job_and_its_hint_rebuilds_it(t
     assert outputs.damaged_files(wd / TINY_RESULTS) == []
     assert sorted(p.name for p in (wd / "results").iterdir()) == ["tiny"]  # no default experiment made
     assert "Nothing to be done" in run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+
+
+@pytest.mark.slow
+def test_the_hints_of_a_run_with_targets_after_dashes_put_their_flags_before_them(tiny_copy):
+    """A run started with `-- targets` (after an option that takes several values): the damaged-file hint puts
+    its --force before the `--` and the interrupted-run notice its --unlock, and both run as printed (after the
+    `--` either would be a target: "No rule to produce --force")."""
+    wd, target = tiny_copy, f"{TINY_RESULTS}/eval/comparison.csv"
+    member = wd / TINY_RESULTS / "models/small/d16_L1/s0/m2/model.safetensors"
+    _flip(member, -7)
+    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--", target, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "m2/model.safetensors is damaged" in text, text[-3000:]
+    rebuild, again = _hint(text)
+    assert rebuild[-3:] == ["--force", "--", str(member.relative_to(wd))] and again[-2:] == ["--", target]
+    planned = _run_printed(wd, [*rebuild[:3], "-n", "--quiet", "rules", *rebuild[3:]])
+    assert job_counts(planned.stdout).get("train_small") == 1
+    _flip(member, -7)  # whole again: the notice of a run killed before this one
+    (wd / ".snakemake" / "locks").mkdir(parents=True, exist_ok=True)
+    (wd / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    proc = run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--", target, check=False)  # stops: locked
+    command = proc.stderr.split("this command continues the run:\n", 1)[1].splitlines()[0].strip()
+    unlock, again = (shlex.split(part) for part in command.split(" && "))
+    assert unlock[-3:] == ["--unlock", "--", target], unlock
+    _run_printed(wd, unlock)
+    assert not list((wd / ".snakemake" / "locks").glob("*.lock"))
+    done = _run_printed(wd, again)
+    assert "Nothing to be done" in done.stdout + done.stderr
 
 
 @pytest.mark.slow

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import csv
+import os
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, check_profile_tables, job_counts, run_snakemake
+from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, job_counts, run_snakemake
 
 
 def test_default_config_dry_run(workflow_dir):
@@ -124,6 +128,20 @@ def test_a_name_that_reads_as_a_number_is_its_text_and_a_yaml_tag_is_found_where
     assert config_tag_problems(["snakemake", "--config=methods=!!python/tuple [x]"])  # the option's inline form
 
 
+def test_members_no_method_reads_are_said_before_the_jobs(workflow_dir):
+    """msg grows from m_1 alone: n = 40 would train and evaluate 40 members (for the members' ensemble only),
+    said in one line before Snakemake plans a job; with a method that combines members, nothing is said."""
+    out = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "methods=[msg]",
+                          "n_members=40"], cwd=workflow_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=600).stdout  # one stream: the line comes before the plan
+    line = ("growlm: warning: n = 40: no method of the sweep reads more than 1 member (msg reads m_1 alone), yet all 40 "
+            "are trained and evaluated (40 trainings); the other 39 serve only the members' ensemble "
+            "(controls.ensemble). n: [1] trains what the methods read")
+    assert line in out and out.index(line) < out.index("Building DAG of jobs"), out[-3000:]
+    combined = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY)).stderr
+    assert "no method of the sweep reads" not in combined
+
+
 def test_missing_source_file_is_named(workflow_dir):
     (workflow_dir / "workflow" / "resources").unlink()
     (workflow_dir / "workflow" / "resources").mkdir()
@@ -172,11 +190,24 @@ def test_tiny_run_makes_the_report(tiny_run):
     assert float(row["ensemble_test_loss"]) > 0
     assert float(row["m0_final_val_loss"]) < float(row["unigram_test_loss"])
     assert float(row["small_flops"]) > 0 and float(row["m0_flops"]) > 0
+    assert {r["members_schedule"] for r in comparison} == {"cosine"}  # read from the members, as M_0's and M_1's
     report = (tiny_run / "results/tiny/report.html").read_text(errors="replace")
     assert "comparison.html" in report and "loss_vs_flops.svg" in report
     for path in ["results/tiny/report/comparison.html", "results/tiny/report/loss_vs_flops.svg",
                  "results/tiny/report/corpus_stats.html"]:
         assert (tiny_run / path).stat().st_size > 500
+
+
+def test_the_report_of_an_unfinished_run_says_to_finish_it_first(workflow_dir):
+    """Snakemake would stop at the first figure marked for the report that is not made yet ("marked for report
+    but does not exist"): growlm says in one line that the run is not finished, with the command that finishes it."""
+    proc = run_snakemake(workflow_dir, "--cores", "1", "--configfile", str(TINY), "--report", "r.html", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "marked for report but does not exist" not in out, out[-3000:]
+    assert re.search(r"the report describes a finished run, and this one is not finished \(\d+ of its outputs are "
+                     r"not made yet, such as results/tiny/\S+\): finish it with `\S+ -m snakemake --cores 1 "
+                     r"--configfile \S+tiny.yaml`, then build the report", out), out[-3000:]
+    assert not (workflow_dir / "r.html").exists()
 
 
 def test_a_finished_run_is_complete_and_a_moved_copy_reruns_nothing(tiny_run, tmp_path):
@@ -186,6 +217,20 @@ def test_a_finished_run_is_complete_and_a_moved_copy_reruns_nothing(tiny_run, tm
     moved = tmp_path / "moved"
     shutil.copytree(tiny_run, moved, symlinks=True)
     out = run_snakemake(moved, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+    assert "Nothing to be done" in out, out[-3000:]
+
+
+def test_a_clone_with_the_results_copied_in_reruns_nothing(tiny_run, tmp_path):
+    """A fresh clone has fresh file dates on every script; with a finished run's results/ and .snakemake/ copied in
+    (dates kept), nothing reruns: Snakemake's code trigger (a script's date against its outputs') is left out
+    (profiles/default), and what a job reads - params and inputs - is the same."""
+    clone = tmp_path / "clone"
+    shutil.copytree(tiny_run, clone, symlinks=True)
+    for folder, _, files in os.walk(clone / "workflow"):  # not into the linked corpus (os.walk follows no link)
+        for name in files:
+            if not (Path(folder) / name).is_symlink():
+                (Path(folder) / name).touch()  # as a checkout writes them
+    out = run_snakemake(clone, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
     assert "Nothing to be done" in out, out[-3000:]
 
 
@@ -245,6 +290,10 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
     # the refinement's warm-up is train.refine's: M_0's own warm-up does not touch it
     ("train: {large: {warmup_steps: 4}}", {"train_baseline"}, {"train_small", "grow", "refine"}),
     ("train: {refine: {warmup_steps: 2}}", {"refine"}, {"train_small", "train_baseline", "grow"}),
+    # under wsd a member's job keeps one model more (where its decay began): it reruns all the same, whatever
+    # members.source reads (Snakemake compares no params of a job with an output it has no record of)
+    ("train: {schedule: wsd}", {"train_small", "train_baseline", "grow", "refine", "compare"}, set()),
+    ("train: {small: {schedule: wsd}}", {"train_small", "grow", "refine", "compare"}, {"train_baseline"}),
 ])
 def test_a_training_setting_reruns_only_the_jobs_that_read_it(tiny_run, tmp_path, change, reruns, keeps):
     overlay = tmp_path / "change.yaml"

@@ -102,6 +102,7 @@ rule compare:
     input:
         metrics=eval_targets(),
         ledgers=[f"{d}/ledger.csv" for d in trained_dirs()],
+        before_decay=before_decay_models(),  # not read: asked for so that a member gaining it reruns
         growth=[f"{d}/growth.json" for d in grown_dirs()],
         ensembles=ensemble_targets(),
         branches=branch_targets(),

@@ -97,6 +97,17 @@ def branch_targets(dirs=None):
     return out
 
 
+def before_decay_models():
+    """Every trained member's model where its wsd decay began (`before_decay_output`), asked for by `all` and the
+    comparison whatever members.source says. Snakemake compares a job's params only when every output it declares
+    has a record, and reruns a job for a missing output only when a job that must run asks for it: a member whose
+    job gains this output (its schedule changed to wsd) would otherwise keep its cosine model without a word."""
+    if PRETRAINED_MEMBERS or not members_keep_before_decay(config):
+        return []
+    dirs = {SMALL.format(member=m, **c) for c in combos() for m in range(1, int(c["n"]) + 1)}
+    return sorted(f"{d}/{BEFORE_DECAY}/model.safetensors" for d in dirs)
+
+
 def small_dir(c, member):
     """Member `member`'s folder for combination (or wildcards) `c`: trained, or imported (pretrained)."""
     if PRETRAINED_MEMBERS:
@@ -171,6 +182,7 @@ def kept_outputs():
     files = [f"{d}/model.safetensors" for d in model_dirs()]
     files += [f"{d}/ledger.csv" for d in trained_dirs()]
     files += [f"{d}/growth.json" for d in grown_dirs()]
+    files += before_decay_models()  # a wsd member's model where its decay began
     files += [f"{tokens}/{split}.npy" for tokens in (MEMBER_TOKENS, LARGE_TOKENS) for split in ("train", "val")]
     files += [res(f"tokens/level{level}/test.npy") for level in LEVELS]
     return sorted(set(files))

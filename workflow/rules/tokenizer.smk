@@ -49,7 +49,12 @@ rule fit_tokenizer:
         "../scripts/fit_tokenizer.py"
 
 
-rule encode_split:
+# A checkpoint: Snakemake plans the whole run before any job, so a job after tokens it re-encodes is planned to
+# run, though the tokens may come out as they were (an edited level-1 book refits the tokenizer, which level 0's
+# tokens rarely notice). After each encoding Snakemake plans the rest again, and a model whose token files and
+# tokenizer have the content it was trained on is not trained again (the workflow profile has Snakemake compare
+# an input newer than a job's outputs by its checksum with the one recorded when the job ran, at any size).
+checkpoint encode_split:
     input:
         text=res("corpus/level{level}/{split}.txt"),
         stats=res("corpus/level{level}/stats.json"),

@@ -190,6 +190,12 @@ def schedule_of(model_dir: Path) -> str:
     return TrainConfig.from_dict(config).schedule_text() if config else ""
 
 
+def members_schedule(members: list[dict]) -> str:
+    """The learning-rate schedules of the members an arm used (its trunk's included), each once: read from their
+    folders like M_0's and M_1's, so that the comparison says what the members are, not what the config asks."""
+    return "; ".join(dict.fromkeys(s for m in members if (s := schedule_of(m["dir"]))))
+
+
 def grown_from(growth: Growth) -> str:
     """Which model of each member the growth read (`members.source`): 'annealed', or 'before decay (step k
     of K)' for members read where their wsd decay began (`growlm.runner.save_before_decay`)."""
@@ -378,6 +384,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         **passes(int(combo["budget"]), used, token_files),
         "m0_schedule": schedule_of(base_dir),
         "m1_schedule": schedule_of(ref_dir),
+        "members_schedule": members_schedule(used),
         "members_grown_from": grown_from(growth) if used else "",
         "m0_final_val_loss": m0_final,
         "m1_final_val_loss": m1_final,

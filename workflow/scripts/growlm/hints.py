@@ -54,12 +54,17 @@ def option_table(parser) -> dict:
 def split_command(argv: list[str], options: dict | None = None) -> dict:
     """{"program", "args", "targets", "given"}: the user's Snakemake command line without the words
     that choose or replace what runs (`args`), the targets it named (`targets`) and the options it
-    gave, by Snakemake's names for them (`given`: "dryrun", "report", ...). `options`: `option_table` of
-    Snakemake's parser; without it an unknown option is taken to have at most one value."""
+    gave, by Snakemake's names for them (`given`: "dryrun", "report", ...; "--" when the targets followed a
+    `--`). `options`: `option_table` of Snakemake's parser; without it an unknown option is taken to have at
+    most one value."""
     options = options or {}
     args, targets, given, i = [], [], set(), 1
     while i < len(argv):
         word = argv[i]
+        if word == "--":  # the end of the options: every word after it is a target
+            targets += argv[i + 1:]
+            given.add("--")
+            break
         if not word.startswith("-") or word == "-":
             targets.append(word)
             i += 1
@@ -133,16 +138,24 @@ def _runnable(c: dict) -> list[str]:
     return ["--cores", "all", *c["args"]]
 
 
+def _then_targets(c: dict, flags: list[str], targets: list[str]) -> list[str]:
+    """The user's options, the hint's `flags`, then `targets`: after a `--` where the user's command had one, or
+    where no flag stands between the options and the targets (an option such as --configfile takes every word
+    up to the next option). A flag after a `--` would be read as a target ("No rule to produce --unlock")."""
+    dashes = ["--"] if targets and ("--" in c.get("given", []) or not flags) else []
+    return [*_runnable(c), *flags, *dashes, *targets]
+
+
 def again() -> str:
     """The user's command as they ran it (its targets included), to run once more."""
     c = _command()
-    return _join(c["program"], [*_runnable(c), *c["targets"]])
+    return _join(c["program"], _then_targets(c, [], c["targets"]))
 
 
 def with_targets(*targets: str | Path, force: bool = False) -> str:
     """The user's command for these targets only (`force`: made again even if they exist)."""
     c = _command()
-    return _join(c["program"], [*_runnable(c), *(["--force"] if force else []), *map(str, targets)])
+    return _join(c["program"], _then_targets(c, ["--force"] if force else [], list(map(str, targets))))
 
 
 # what a job declares in a model folder it writes (rules/train.smk); its other files (the tokenizer's copy,

@@ -46,7 +46,10 @@ def interrupted_run_notice(workdir: str | Path, argv: list[str]) -> str | None:
     if _snakemake_running_in(workdir):
         return None
     prog = snakemake_program(argv)
-    again = " ".join([prog, *map(shlex.quote, argv[1:])])
+    words = argv[1:]
+    options = words.index("--") if "--" in words else len(words)  # after a `--`, a flag would be a target
+    again = " ".join([prog, *map(shlex.quote, words)])
+    unlock = " ".join([prog, *map(shlex.quote, [*words[:options], "--unlock", *words[options:]])])
     return ("growlm: a previous run in this folder was interrupted and left Snakemake's lock (no Snakemake is "
             "running here now). Its jobs stopped at their last checkpoint; this command continues the run:\n"
-            f"    {again} --unlock && {again}")  # the same folder, Snakefile and config: --unlock of this run
+            f"    {unlock} && {again}")  # the same folder, Snakefile and config: --unlock of this run

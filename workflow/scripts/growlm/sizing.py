@@ -17,7 +17,7 @@ import numpy as np
 
 from growlm.experiment import arm_levels, level_dir, model_settings, trunk_tokens
 from growlm.flops import matmul_params, shape_flops, train_flops_per_token
-from growlm.methods import method_id, needs_single_member_control
+from growlm.methods import members_used, method_id, needs_single_member_control
 from growlm.outputs import results_dir
 from growlm.recipes import gstack_problem, gstack_tokens
 from growlm.shape import ModelShape
@@ -94,7 +94,31 @@ def experiment_warnings(config: dict, sweep: dict, resolve_source: Callable[[dic
                 out.append(f"members.shards = {members['shards']}: each member's shard holds {'' if exact else 'about '}"
                            f"{per} tokens ({'counted' if exact else 'estimated from the sources'}), so its budget of "
                            f"{budget} tokens reads it about {budget / per:.0f} times; fewer shards give each more text")
+    out += _unread_members(config, sweep)
     out += _cost_warnings(config, sweep)
+    return out
+
+
+def _unread_members(config: dict, sweep: dict) -> list[str]:
+    """An n larger than any method of the sweep reads: all n members are trained and evaluated all the same
+    (they are the experiment's members, and the members' ensemble is a control of all n), while a single-source
+    method (msg, hyperclone, ...) grows from m_1 alone and a schedule from none. One line per such n, with what
+    it costs, so that `n: [1000]` for msg is not 1,000 trainings by surprise."""
+    if config["members"].get("pretrained"):  # brought, not trained
+        return []
+    methods = [method_id(m) for m in sweep["methods"]]
+    out = []
+    for n in sorted({int(v) for v in sweep["n"]}):
+        used = max(members_used(m, n) for m in methods)
+        if used >= n:
+            continue
+        trainings = n * len(sweep["seeds"]) * len(sweep["d0"]) * len(sweep["L0"])
+        why = ("serve only the members' ensemble (controls.ensemble)" if config["controls"]["ensemble"]
+               else "serve nothing (controls.ensemble is off)")
+        reads = ", ".join(f"{m} reads {'m_1 alone' if members_used(m, n) else 'none'}" for m in methods)
+        out.append(f"n = {n}: no method of the sweep reads more than {used} member{'s' if used != 1 else ''} "
+                   f"({reads}), yet all {n:,} are trained and evaluated ({trainings:,} trainings); the other "
+                   f"{n - used:,} {why}. n: [{max(used, 1)}] trains what the methods read")
     return out
 
 

@@ -111,15 +111,18 @@ def _per_param(group: pd.DataFrame) -> str:
 
 
 def _schedule(group: pd.DataFrame) -> str:
-    """The learning-rate schedules, where they are not all the cosine; and the members' point of growth
-    where it is not their end (members.source)."""
+    """The learning-rate schedules, where they are not all the cosine (the refinements' and the members', where
+    they differ from M_0's); and the members' point of growth where it is not their end (members.source)."""
     if "m0_schedule" not in group:
         return ""
-    said = group[["m0_schedule", "m1_schedule", "members_grown_from"]].map(
-        lambda v: "" if pd.isna(v) else str(v))  # "": not recorded (a model folder without growlm.json)
+    columns = [c for c in ("m0_schedule", "m1_schedule", "members_schedule", "members_grown_from") if c in group]
+    said = group[columns].map(lambda v: "" if pd.isna(v) else str(v))  # "": not recorded (no growlm.json)
     m0, m1 = said["m0_schedule"].iloc[0], "; ".join(s for s in dict.fromkeys(said["m1_schedule"]) if s)
-    text = "" if not m0 or m0 == m1 == "cosine" else (f" under the {m0} schedule" if m0 == m1 else
-                                                      f" under the {m0} schedule (the refinements: {m1 or '?'})")
+    members = "; ".join(s for s in dict.fromkeys(said.get("members_schedule", [])) if s)
+    differ = ([f"the refinements: {m1 or '?'}"] if m1 != m0 else []) + (
+        [f"the members: {members}"] if members not in ("", m0) else [])
+    text = "" if not m0 or (m0 == "cosine" and not differ) else (
+        f" under the {m0} schedule" + (f" ({'; '.join(differ)})" if differ else ""))
     before = said[said["members_grown_from"].str.startswith("before decay")]
     if len(before):
         where = before["members_grown_from"].iloc[0].removeprefix("before decay (").rstrip(")")
