@@ -9,7 +9,6 @@ the cost).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from growlm.families import FAMILY, family_of
 from growlm.growth import load_grown, load_plugins
 from growlm.growth_record import Growth
 from growlm.hub import hub_file, unreachable
+from growlm.launch import run_options
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.family_specs import spec_for_model_type
@@ -34,23 +34,6 @@ from growlm.runner import TrainingJob, run_job
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
 from growlm.train_config import TrainConfig
-
-
-def processes_for(gpus: int) -> int:
-    """Processes to launch: the GPUs a training job asks for (its `gpu` resource) when that many are
-    visible; GROWLM_NPROC overrides (e.g. 2 gloo processes on a CPU, for tests)."""
-    if os.environ.get("GROWLM_NPROC"):
-        return int(os.environ["GROWLM_NPROC"])
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus > 1 and have < gpus:
-        log(f"{gpus} GPUs asked for but {have} visible: training in one process")
-    return gpus if gpus > 1 and have >= gpus else 1
-
-
-def launch(gpus: int, nodes: int, cpus_per_task: int) -> dict:
-    """`run_job`'s keyword arguments for a job that asks for `gpus` GPUs on each of `nodes` nodes."""
-    return {"nproc": processes_for(gpus), "nodes": int(nodes), "cpus_per_task": int(cpus_per_task),
-            "gpus_per_node": int(gpus)}
 
 
 def live_curves(settings: dict | None, *, grown_dir=None):
@@ -91,7 +74,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
         job.info["init_from"] = str(init_from)
         return run_job(job, model=branch_of(init_from, spec))
-    return run_job(job, **launch(gpus, nodes, cpus_per_task))
+    return run_job(job, **run_options(gpus, nodes, cpus_per_task))
 
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "attention_dropout")
@@ -211,4 +194,4 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
     job = TrainingJob(cfg, out_dir=out_dir, train_file=train_file, val_file=val_file, tokenizer_dir=tokenizer_dir,
                       start={"grown": str(grown_dir), "ramps": ramps if hasattr(model, "set_ramps") else None},
                       info=info, memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, plugins=plugins)
-    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+    return run_job(job, **run_options(gpus, nodes, cpus_per_task), model=model)
