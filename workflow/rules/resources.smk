@@ -8,8 +8,8 @@ from growlm.gpus import SLOTS_ENV, machine_gpus, pool_problem, slots_per_gpu
 
 # A local run shares this machine's GPUs among its jobs, also inside a SLURM allocation: a job that asks
 # for GPUs (its `gpu` resource) claims devices of its own when it starts (growlm.gpus), and Snakemake runs
-# at most as many GPU jobs at once as the machine has GPUs (k per GPU with resources.gpu_share 1/k, e.g.
-# 0.5). `--resources gpu=N` on the command line or in a profile sets another count. A job the SLURM
+# at most as many GPU jobs at once as the machine has GPUs (k per GPU with resources.gpu_share the number
+# 1/k, 0.5 for two). `--resources gpu=N` on the command line or in a profile sets another count. A job the SLURM
 # executor submits has the GPUs the scheduler gave it. What the jobs inherit: growlm.launch.run_environment.
 os.environ[SLOTS_ENV] = str(slots_per_gpu(config["resources"]["gpu_share"]))
 for _name, _value in launch.run_environment(EXECUTOR, MAIN_PROCESS).items():

@@ -17,7 +17,7 @@ share them too). The key is what identifies the device on the machine, its UUID 
 gives one: an allocation that constrains devices renumbers them from 0, and two allocations on one
 node may share /tmp, so two jobs' "GPU 0" may be different devices. A lock file is made readable and
 writable by everyone (mode 0666 whatever the umask), so that another user's run on the machine can
-test it. A device has one slot, or k when k jobs share it (`resources.gpu_share` 1/k, e.g. 0.5; the
+test it. A device has one slot, or k when k jobs share it (`resources.gpu_share`, the number 1/k: 0.5 for two; the
 Snakefile passes k on as $GROWLM_GPU_SLOTS): a job takes one slot on each of its devices, and the
 least busy devices first, so that shared jobs spread over the free GPUs before doubling up. Runs
 that share a machine at the same time use the same share. The kernel releases a lock when the last

@@ -210,12 +210,12 @@ def _children() -> list[int]:
     return kids
 
 
-def reap(grace_s: float = GRACE_S, log=print) -> list[int]:
-    """Wait until this process has no child left: SIGTERM to those still running, SIGKILL after `grace_s`.
-    Returns the ones it found (a launch's processes whose parent died before them)."""
+def reap(grace_s: float = GRACE_S, log=print, *, keep: set[int] | frozenset = frozenset()) -> list[int]:
+    """Wait until this process has no child left but `keep`: SIGTERM to those still running, SIGKILL after
+    `grace_s`. Returns the ones it found (a launch's processes whose parent died before them)."""
     found: list[int] = []
     deadline = None
-    while kids := _children():
+    while kids := [k for k in _children() if k not in keep]:
         new = [k for k in kids if k not in found]
         found += new
         for pid in new:
@@ -236,34 +236,55 @@ def reap(grace_s: float = GRACE_S, log=print) -> list[int]:
     return found
 
 
-def run_processes(cmd: list[str], *, log=print, stdout=None, stderr=None, env: dict | None = None,
-                  grace_s: float = GRACE_S) -> int:
-    """Run a job's launch (`cmd`) as described in the module docstring, and return its exit status; a
-    SIGTERM to the job stops the launch first, then raises GrowlmError."""
+def start(cmd: list[str], *, env: dict | None = None, new_session: bool = False, **popen) -> subprocess.Popen:
+    """Start a process of this job (see the module docstring): it inherits the job's GPU locks, gets SIGTERM
+    when this process dies (or stops at once if this one is gone already), and this process becomes a
+    subreaper for it and everything it starts. `new_session`: in a session of its own (a profiler, so that a
+    timeout can end all it started); `popen`: the rest of subprocess.Popen's arguments."""
     _subreaper()
-    me, fds = os.getpid(), gpus.held_fds()
-    full = {**package_env(env), PARENT_ENV: str(me)}
-    proc = subprocess.Popen(cmd, env=full, preexec_fn=lambda: stop_with_parent(me), pass_fds=fds, stdout=stdout,
-                            stderr=stderr)
+    me = os.getpid()
+    return subprocess.Popen([str(c) for c in cmd], env={**package_env(env), PARENT_ENV: str(me)},
+                            preexec_fn=lambda: stop_with_parent(me), pass_fds=gpus.held_fds(),
+                            start_new_session=new_session, **popen)
+
+
+@contextlib.contextmanager
+def stopping(proc: subprocess.Popen, *, log=print, grace_s: float = GRACE_S, group: bool = False):
+    """While the job waits for `proc` (started with `start`): a SIGTERM to the job goes on to it (to its
+    process group: `group`) and is remembered; when the block ends, the job waits for every process that
+    was left its child meanwhile (`reap`). Raises GrowlmError after a SIGTERM, once all have ended."""
     stopped: list[int] = []
+    before = set(_children()) - {proc.pid}
 
     def forward(signum, _frame):
         stopped.append(signum)
         with contextlib.suppress(OSError):
-            proc.send_signal(signum)
+            os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
 
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, forward) if main else None
     try:
-        rc = proc.wait()
-        reap(grace_s, log)
+        yield
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        try:
+            proc.wait()
+            reap(grace_s, log, keep=before)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
     if stopped:
-        raise GrowlmError(f"stopped by SIGTERM; the launch ended (exit {rc}); the job resumes from its last "
-                          "checkpoint when rerun")
-    return rc
+        raise GrowlmError(f"stopped by SIGTERM; what it had started ended (exit {proc.returncode}); the job "
+                          "resumes from its last checkpoint when rerun")
+
+
+def run_processes(cmd: list[str], *, log=print, stdout=None, stderr=None, env: dict | None = None,
+                  grace_s: float = GRACE_S) -> int:
+    """Run a job's launch (`cmd`) as described in the module docstring, and return its exit status; a
+    SIGTERM to the job stops the launch first, then raises GrowlmError."""
+    proc = start(cmd, env=env, stdout=stdout, stderr=stderr)
+    with stopping(proc, log=log, grace_s=grace_s):
+        proc.wait()
+    return proc.returncode
 
 
 def standalone_command(nproc: int, job_file, *, python: str | None = None) -> list[str]:
