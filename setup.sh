@@ -18,11 +18,15 @@
 #   bash setup.sh --download DIR [--python X.Y] [--platform TAG] [--extras test,eval] [--no-torch]
 #       on a machine with one: every wheel growlm needs (torch, the pinned packages and all they need,
 #       the extras, the build backend) for that Python and platform (default: this machine's) into DIR;
-#       torch as above for this machine, the CPU build for another platform unless TORCH_INDEX is set;
+#       torch as above for this machine;
 #   bash setup.sh --offline DIR [--machine-torch]
 #       on the machine without one: .venv from DIR alone (pip --no-index --find-links DIR); torch from
 #       DIR when it is there, else the machine's own if it is the pinned version (--machine-torch: the
-#       machine's own whatever its version).
+#       machine's own whatever its version). A CPU build of torch on a machine with an NVIDIA driver is
+#       refused unless --cpu-torch says it is meant.
+#   For another machine (--python or --platform) the torch build is named: TORCH_INDEX (a CUDA build),
+#   --cpu-torch (the CPU build) or --no-torch; a platform of another architecture than this machine's is
+#   refused (pip evaluates the markers for the machine that downloads).
 set -euo pipefail
 START=$PWD  # a folder given relative to where setup.sh was called from
 cd "$(dirname "$0")"
@@ -72,6 +76,18 @@ platform_args() {
             while [ "$minor" -ge 5 ]; do echo "--platform manylinux_2_${minor}_$arch"; minor=$((minor - 1)); done
             echo "--platform manylinux2014_$arch --platform manylinux2010_$arch --platform manylinux1_$arch" ;;
         *) echo "--platform $PLATFORM" ;;
+    esac
+}
+
+# the machine architecture of a wheel platform tag (manylinux_2_28_x86_64 -> x86_64), empty if it names none
+platform_arch() {
+    case $1 in
+        *x86_64) echo x86_64 ;;
+        *aarch64) echo aarch64 ;;
+        *ppc64le) echo ppc64le ;;
+        *s390x) echo s390x ;;
+        *arm64) echo arm64 ;;
+        *) echo "" ;;
     esac
 }
 
@@ -147,7 +163,7 @@ download_wheels() {
 manifest() { sed -n "s/^$2 //p" "$1/growlm-wheels.txt" | head -n 1; }
 
 install_offline() {
-    local want have machine extras venv_flags=() pip
+    local want have machine machine_cuda extras venv_flags=() pip cpu_build= driver
     [ -f "$DIR/growlm-wheels.txt" ] || { echo "setup.sh: $DIR holds no wheels fetched by setup.sh --download (no growlm-wheels.txt)" >&2; exit 1; }
     want=$(manifest "$DIR" python) have=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     if [ "$want" != "$have" ]; then
@@ -156,18 +172,26 @@ install_offline() {
     fi
     extras=$(manifest "$DIR" extras)
     machine=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+    machine_cuda=$("$PYTHON" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)
     if [ -n "$MACHINE_TORCH" ] && [ -z "$machine" ]; then
         echo "setup.sh: --machine-torch, but $PYTHON has no torch" >&2
         exit 1
     fi
     if [ -z "$MACHINE_TORCH" ] && ls "$DIR"/torch-"$TORCH_VERSION"[-+]*.whl >/dev/null 2>&1; then
         TORCH_SAYS="torch $TORCH_VERSION from $DIR"
+        cpu_build=$(cd "$DIR" && ls torch-"$TORCH_VERSION"[-+]*.whl | grep -E '(\+|%2B)cpu' | head -n 1 || true)
     elif [ -n "$MACHINE_TORCH" ] || [ "${machine%%+*}" = "$TORCH_VERSION" ]; then
         venv_flags=(--system-site-packages)  # the machine's torch, seen from the venv
         TORCH_SAYS="the machine's torch $machine"
         [ "${machine%%+*}" = "$TORCH_VERSION" ] || TORCH_SAYS="$TORCH_SAYS (--machine-torch; growlm pins $TORCH_VERSION and is tested with it)"
+        [ -n "$machine_cuda" ] || cpu_build="$PYTHON's torch $machine"
     else
         echo "setup.sh: torch $TORCH_VERSION is neither in $DIR nor $PYTHON's own (${machine:-none}): fetch it into $DIR where there is a network (bash setup.sh --download $DIR ...), or use the machine's with --machine-torch" >&2
+        exit 1
+    fi
+    driver=$(driver_cuda)
+    if [ -n "$cpu_build" ] && [ -n "$driver" ] && [ -z "$CPU_TORCH" ]; then
+        echo "setup.sh: this machine has an NVIDIA driver (CUDA $driver) and the torch to install is a CPU build ($cpu_build): its jobs would claim GPUs and train on the CPU. Fetch the CUDA build where there is a network (TORCH_INDEX=$WHEELS/cu130 bash setup.sh --download ...: the newest CUDA not above $driver), or pass --cpu-torch to install the CPU build on purpose" >&2
         exit 1
     fi
     echo "setup.sh: offline from $DIR (Python $want, extras '${extras}'), $TORCH_SAYS"
@@ -216,7 +240,7 @@ choose_torch() {
     TORCH_WHY="the NVIDIA driver supports CUDA $cuda only, older than every CUDA build of torch $TORCH_VERSION ($TORCH_CUDA_BUILDS); update the driver for the GPU, or set TORCH_INDEX"
 }
 
-MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH=
+MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH= CPU_TORCH=
 while [ $# -gt 0 ]; do
     case $1 in
         --which-torch) MODE=which ;;
@@ -227,6 +251,7 @@ while [ $# -gt 0 ]; do
         --extras) EXTRAS=${2?--extras needs a list (empty: none)}; shift ;;
         --no-torch) NO_TORCH=1 ;;
         --machine-torch) MACHINE_TORCH=1 ;;
+        --cpu-torch) CPU_TORCH=1 ;;
         *) echo "setup.sh: unknown argument '$1' (see the head of setup.sh)" >&2; exit 2 ;;
     esac
     shift
@@ -237,8 +262,22 @@ if [ "$MODE" != download ] && { [ -n "$TARGET_PYTHON$PLATFORM$NO_TORCH" ] || [ "
 fi
 [ "$MODE" = offline ] || [ -z "$MACHINE_TORCH" ] || { echo "setup.sh: --machine-torch goes with --offline" >&2; exit 2; }
 
-if [ "$MODE" = download ] && { [ -n "$TARGET_PYTHON$PLATFORM" ] && [ -z "${TORCH_INDEX:-}" ]; }; then
-    TORCH_FROM=cpu TORCH_WHY="the wheels are for another machine, whose driver this one cannot see (set TORCH_INDEX for a CUDA build, or --no-torch where that machine has torch $TORCH_VERSION)"
+# pip evaluates the packages' markers (platform_machine) for the machine that downloads: a set for another
+# architecture could miss what that one needs, so it is fetched there
+if [ -n "$PLATFORM" ]; then
+    TARGET_ARCH=$(platform_arch "$PLATFORM")
+    if [ -n "$TARGET_ARCH" ] && [ "$TARGET_ARCH" != "$(uname -m)" ]; then
+        echo "setup.sh: --platform $PLATFORM is for $TARGET_ARCH and this machine is $(uname -m): pip evaluates the packages' markers (platform_machine) for the machine that downloads, so the set could miss what $TARGET_ARCH needs; run --download on a $TARGET_ARCH machine" >&2
+        exit 2
+    fi
+fi
+if [ -n "$CPU_TORCH" ] && [ -z "${TORCH_INDEX:-}" ]; then
+    TORCH_FROM=cpu TORCH_WHY="--cpu-torch: the CPU build, asked for"
+elif [ "$MODE" = download ] && [ -n "$TARGET_PYTHON$PLATFORM" ] && [ -z "${TORCH_INDEX:-}" ] && [ -z "$NO_TORCH" ]; then
+    # the other machine's driver is not visible from here: its build is named, never guessed (a CPU build
+    # on a GPU node trains on the CPU without a word)
+    echo "setup.sh: the wheels are for another machine, whose driver this one cannot see: name its torch build, TORCH_INDEX=$WHEELS/cu130 (cu128, cu126: the newest CUDA not above its driver's, nvidia-smi there) or --cpu-torch for the CPU build, or --no-torch where it has torch $TORCH_VERSION" >&2
+    exit 2
 else
     choose_torch
 fi

@@ -10,6 +10,7 @@ anything is installed or fetched.
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def project(tmp_path) -> Path:
     return tmp_path
 
 
-def setup(project: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(project), "PYTHON": python, "PIP_INDEX_URL": "http://127.0.0.1:9"}
+def setup(project: Path, *args: str, python: str = sys.executable, path: str = "/usr/bin:/bin",
+          env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "HOME": str(project), "PYTHON": python, "PIP_INDEX_URL": "http://127.0.0.1:9", **(env or {})}
     return subprocess.run(["bash", str(project / "setup.sh"), *args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -80,6 +82,43 @@ def test_download_refuses_an_unknown_extra_before_fetching(project, tmp_path):
     proc = setup(project, "--download", str(tmp_path / "w"), "--extras", "test,gpus")
     assert proc.returncode != 0 and "setup.sh: no extra gpus in pyproject.toml" in proc.stderr
     assert not list((tmp_path / "w").glob("*.whl"))
+
+
+def driver(folder: Path, cuda: str = "12.8") -> str:
+    """A PATH with an `nvidia-smi` that reports an NVIDIA driver for CUDA `cuda`, as a GPU node's does."""
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(f"#!/bin/sh\necho '| NVIDIA-SMI 570.00   Driver Version: 570.00   CUDA Version: {cuda} |'\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    return f"{folder}:/usr/bin:/bin"
+
+
+def test_offline_refuses_a_cpu_torch_on_a_machine_with_a_driver(project, tmp_path):
+    """A folder fetched on a login node without a GPU holds the CPU build: installed on a GPU node, its jobs
+    would claim GPUs and train on the CPU. Refused, unless --cpu-torch says it is meant."""
+    folder = wheels(tmp_path / "w", this_python())
+    (folder / f"torch-2.13.0+cpu-cp{this_python().replace('.', '')}-none-any.whl").write_text("")
+    line = refused(setup(project, "--offline", str(folder), path=driver(tmp_path / "bin")), project)
+    assert line.startswith("setup.sh: this machine has an NVIDIA driver (CUDA 12.8) and the torch to install is a "
+                           "CPU build (torch-2.13.0+cpu-"), line
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cu130" in line and "--cpu-torch" in line
+
+
+def test_wheels_for_another_machine_name_its_torch_build(project, tmp_path):
+    """Its driver cannot be seen from here: the CUDA build is named (TORCH_INDEX), or the CPU build asked for."""
+    line = refused(setup(project, "--download", str(tmp_path / "w"), "--python", "3.12"), project)
+    assert line.startswith("setup.sh: the wheels are for another machine, whose driver this one cannot see: name "
+                           "its torch build, TORCH_INDEX=https://download.pytorch.org/whl/cu130"), line
+    assert "--cpu-torch" in line and "--no-torch" in line
+    assert not (tmp_path / "w").exists()  # before anything was fetched
+
+
+def test_wheels_for_another_architecture_are_refused(project, tmp_path):
+    """pip evaluates markers such as platform_machine for the machine that downloads."""
+    other = "aarch64" if platform.machine() != "aarch64" else "x86_64"
+    line = refused(setup(project, "--download", str(tmp_path / "w"), "--platform", f"manylinux_2_28_{other}",
+                         env={"TORCH_INDEX": "https://download.pytorch.org/whl/cu130"}), project)
+    assert line.startswith(f"setup.sh: --platform manylinux_2_28_{other} is for {other} and this machine is "
+                           f"{platform.machine()}: pip evaluates the packages' markers"), line
 
 
 @pytest.mark.parametrize("args, said", [
