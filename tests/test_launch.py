@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,3 +144,24 @@ def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         job.wait()
+
+
+def test_one_module_says_how_a_job_gets_its_devices_and_processes():
+    """The entry scripts, the job functions, the runner and the error boundary ask growlm.launch: none reads the
+    `gpu` resource itself, claims GPUs, picks a free port or builds a torchrun command but it (and the agent it
+    starts, growlm.node_agent)."""
+    scripts = REPO / "workflow" / "scripts"
+    library = scripts / "growlm"
+    for path in sorted(scripts.glob("*.py")):
+        text = path.read_text()
+        assert "sm.resources" not in text.replace("job_devices(sm.resources, sm.rule)", ""), path.name
+    for path in sorted(library.rglob("*.py")):
+        text, name = path.read_text(), path.relative_to(library).as_posix()
+        if name not in ("launch.py", "gpus.py"):
+            assert ".claim(" not in text and "import claim" not in text, name
+        if name != "launch.py":
+            assert "def free_port" not in text and "def _free_port" not in text, name
+            assert "def processes_for" not in text or name == "prepare.py", name  # prepare's: corpus processes
+        if name not in ("launch.py", "node_agent.py"):
+            assert '"torch.distributed.run"' not in text and "srun" not in re.sub(r"#.*|\"\"\"[\s\S]*?\"\"\"", "",
+                                                                                    text), name
