@@ -153,7 +153,7 @@ def _no_inherited_command(monkeypatch):
     (tests/test_reruns.py) must not leave them to the tests after it."""
     monkeypatch.delenv("GROWLM_COMMAND", raising=False)
     monkeypatch.delenv("GROWLM_LIBRARY", raising=False)
-    for name in ("GROWLM_PARENT_PID", "GROWLM_GPUS_PLACED_BY", "CUDA_DEVICE_ORDER"):  # what it exports for its jobs
+    for name in ("GROWLM_PARENT_PID", "GROWLM_GPUS_PLACED_BY", "GROWLM_GPU_SLOTS", "CUDA_DEVICE_ORDER"):  # for its jobs
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # put back as it was after the test
     if not os.environ["PYTHONPATH"]:

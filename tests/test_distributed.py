@@ -317,7 +317,8 @@ def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_
                                   "tie_word_embeddings": True},
               init_seed=1, role="test", train_file=str(tmp_path / "t.npy"), val_file=str(tmp_path / "t.npy"),
               tokenizer_dir=str(tmp_path / "tok"), out_dir=str(out), gpus=2)
-    env = {**os.environ, "GROWLM_GPUS": "0,1", "GROWLM_GPU_LOCKS": str(tmp_path / "locks"), "GROWLM_NPROC": "2",
+    env = {**os.environ, "GROWLM_GPUS": "0,1", "GROWLM_GPU_LOCKS": str(tmp_path / "locks"), "GROWLM_GPU_SLOTS": "1",
+           "GROWLM_NPROC": "2",
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "workflow"
                                                                                 / "scripts")}
     env.pop("GROWLM_PARENT_PID", None)

@@ -136,7 +136,7 @@ def test_gpu_share_is_written_as_the_number_the_schema_takes_everywhere():
     page, a config, a profile's comments, a docstring), the value is a number in (0, 1]."""
     wrong = []
     for path in SHARE_FILES:
-        for value in re.findall(r"gpu_share`?(?::|=|\s)[ \t]*([0-9][^\s,;)\]}`]*)", path.read_text()):
+        for value in re.findall(r"gpu_share`?(?::|=|\s)[ \t]*([0-9][^\s,;:)\]}`]*)", path.read_text()):
             try:
                 ok = 0 < float(value) <= 1
             except ValueError:

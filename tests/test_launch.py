@@ -76,6 +76,7 @@ def test_a_local_run_tells_its_jobs_who_places_their_gpus_and_whose_death_stops_
     submitted = launch.run_environment("slurm", True)  # the jobs of a SLURM run: SLURM placed each one's GPUs
     assert submitted[gpus.PLACED_ENV] == "scheduler" and submitted["GROWLM_PARENT_PID"] is None
     assert launch.run_environment("slurm-jobstep", False)[gpus.PLACED_ENV] == "scheduler"
+    assert "GROWLM_PARENT_PID" not in launch.run_environment("local", False)  # a job step of a local run
 
 
 PROFILER = """#!/bin/sh
@@ -115,7 +116,7 @@ def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_
     profiler = tmp_path / "profiler"
     profiler.write_text(PROFILER)
     profiler.chmod(0o755)
-    env = {**os.environ, gpus.POOL_ENV: "0", gpus.LOCKS_ENV: str(tmp_path / "locks"),
+    env = {**os.environ, gpus.POOL_ENV: "0", gpus.LOCKS_ENV: str(tmp_path / "locks"), gpus.SLOTS_ENV: "1",
            "WORKLOAD_PID": str(tmp_path / "workload.pid"), "PYTHONPATH": str(REPO / "workflow" / "scripts")}
     env.pop("GROWLM_PARENT_PID", None)
     job = subprocess.Popen([sys.executable, "-c", PROFILE_JOB, str(profiler), WORKLOAD], env=env,

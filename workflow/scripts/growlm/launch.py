@@ -165,10 +165,12 @@ def run_environment(executor: str | None, main_process: bool) -> dict:
     local run, inside a SLURM allocation too; the scheduler for a job a cluster executor submitted),
     CUDA's device order (an index means what nvidia-smi shows), and, for a local run's jobs, the
     Snakemake process whose death must stop them (None: remove it, as in a cluster job, whose parent is
-    SLURM's step daemon)."""
+    SLURM's step daemon; a local run's own job steps leave their run's in place)."""
     local = executor in (None, "local")
-    return {gpus.PLACED_ENV: "growlm" if local else "scheduler", **gpus.DEVICE_ORDER,
-            PARENT_ENV: str(os.getpid()) if local and main_process else None}
+    out = {gpus.PLACED_ENV: "growlm" if local else "scheduler", **gpus.DEVICE_ORDER}
+    if not local or main_process:  # a local run's own job steps (Snakemake's subprocesses) keep their run's
+        out[PARENT_ENV] = str(os.getpid()) if local else None
+    return out
 
 
 @contextlib.contextmanager
