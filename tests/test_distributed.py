@@ -254,7 +254,7 @@ def test_a_rendezvous_port_taken_before_the_first_agent_binds_it_is_tried_again(
                                      work_dir=tmp_path, log=said.append, nproc_per_node=1, cpus_per_task=0,
                                      gpus_per_node=0)
     assert rc == 0, said
-    assert sum("launching 1 node agents" in s for s in said) == 2, said
+    assert sum("launching 1 processes on SLURM nodes n1" in s for s in said) == 2, said
     assert any("was taken on n1 before its agent could bind it" in s for s in said), said
     assert (d / "port_model" / "model.safetensors").is_file()
 

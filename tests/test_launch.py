@@ -77,6 +77,10 @@ def test_a_local_run_tells_its_jobs_who_places_their_gpus_and_whose_death_stops_
     assert submitted[gpus.PLACED_ENV] == "scheduler" and submitted["GROWLM_PARENT_PID"] is None
     assert launch.run_environment("slurm-jobstep", False)[gpus.PLACED_ENV] == "scheduler"
     assert "GROWLM_PARENT_PID" not in launch.run_environment("local", False)  # a job step of a local run
+    with pytest.MonkeyPatch.context() as mp:  # the rule of a SLURM job runs under a local Snakemake of its own
+        mp.setenv(gpus.PLACED_ENV, "scheduler")
+        assert gpus.PLACED_ENV not in launch.run_environment("local", False)
+        assert launch.run_environment("local", True)[gpus.PLACED_ENV] == "growlm"  # the user's run decides
 
 
 PROFILER = """#!/bin/sh

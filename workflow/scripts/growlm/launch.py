@@ -165,9 +165,14 @@ def run_environment(executor: str | None, main_process: bool) -> dict:
     local run, inside a SLURM allocation too; the scheduler for a job a cluster executor submitted),
     CUDA's device order (an index means what nvidia-smi shows), and, for a local run's jobs, the
     Snakemake process whose death must stop them (None: remove it, as in a cluster job, whose parent is
-    SLURM's step daemon; a local run's own job steps leave their run's in place)."""
+    SLURM's step daemon; a local run's own job steps leave their run's in place). A job step keeps who
+    places its GPUs as its run decided: inside a SLURM job the rule runs under a local Snakemake."""
     local = executor in (None, "local")
-    out = {gpus.PLACED_ENV: "growlm" if local else "scheduler", **gpus.DEVICE_ORDER}
+    out = dict(gpus.DEVICE_ORDER)
+    # the user's run decides; a job step (a SLURM job's Snakemake, and the local Snakemake it runs the rule
+    # with) keeps what its run decided
+    if main_process or gpus.PLACED_ENV not in os.environ:
+        out[gpus.PLACED_ENV] = "growlm" if local else "scheduler"
     if not local or main_process:  # a local run's own job steps (Snakemake's subprocesses) keep their run's
         out[PARENT_ENV] = str(os.getpid()) if local else None
     return out
@@ -394,7 +399,8 @@ def run_across_nodes(alloc: Allocation, *, job_file, work_dir, log=print, tries:
         marker.unlink(missing_ok=True)
         endpoint = rendezvous_endpoint(alloc)
         cmd = node_command(alloc, job_file=job_file, endpoint=endpoint, port_taken=marker, **how)
-        log(f"launching {len(alloc.nodes)} node agents on SLURM nodes {', '.join(alloc.nodes)}: {' '.join(cmd)}")
+        log(f"launching {len(alloc.nodes) * how['nproc_per_node']} processes on SLURM nodes {', '.join(alloc.nodes)}: "
+            f"{' '.join(cmd)}")
         rc = run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
         if rc == 0 or not marker.is_file():
             return rc
@@ -415,9 +421,9 @@ def _stream(stream):
     return stream
 
 
-def run_here(cmd: list[str], *, log=print) -> int:
+def run_here(cmd: list[str], *, log=print, what: str = "torchrun") -> int:
     """A launch on this machine (torchrun), its output in the job's log."""
-    log(f"launching: {' '.join(cmd)}")
+    log(f"launching {what}: {' '.join(cmd)}")
     return run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
 
 

@@ -356,8 +356,8 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
                                                           gpus_per_node=gpus_per_node),
                           f"{world} processes on SLURM nodes {', '.join(alloc.nodes)}")
     elif nproc > 1:
-        summary = _launch(job, lambda f: run_here(standalone_command(nproc, f), log=log),
-                          f"torchrun with {nproc} processes")
+        what = f"torchrun with {nproc} processes"
+        summary = _launch(job, lambda f: run_here(standalone_command(nproc, f), log=log, what=what), what)
     else:
         summary = execute(job, model=model, log=log)
     shutil.copy(plan_path, Path(job.out_dir) / "plan.json")
