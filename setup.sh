@@ -18,11 +18,15 @@
 #   bash setup.sh --download DIR [--python X.Y] [--platform TAG] [--extras test,eval] [--no-torch]
 #       on a machine with one: every wheel growlm needs (torch, the pinned packages and all they need,
 #       the extras, the build backend) for that Python and platform (default: this machine's) into DIR;
-#       torch as above for this machine, the CPU build for another platform unless TORCH_INDEX is set;
+#       torch as above for this machine;
 #   bash setup.sh --offline DIR [--machine-torch]
 #       on the machine without one: .venv from DIR alone (pip --no-index --find-links DIR); torch from
 #       DIR when it is there, else the machine's own if it is the pinned version (--machine-torch: the
-#       machine's own whatever its version).
+#       machine's own whatever its version). A CPU build of torch on a machine with an NVIDIA driver is
+#       refused unless --cpu-torch says it is meant.
+#   For another machine (--python or --platform) the torch build is named: TORCH_INDEX (a CUDA build),
+#   --cpu-torch (the CPU build) or --no-torch; a platform of another architecture than this machine's is
+#   refused (pip evaluates the markers for the machine that downloads).
 set -euo pipefail
 START=$PWD  # a folder given relative to where setup.sh was called from
 cd "$(dirname "$0")"
@@ -75,10 +79,23 @@ platform_args() {
     esac
 }
 
-# a stand-in for torch (metadata only, in a folder of its own), so that pip resolves what needs torch
-# without fetching it (--no-torch: the other machine has torch)
+# the machine architecture of a wheel platform tag (manylinux_2_28_x86_64 -> x86_64), empty if it names none
+platform_arch() {
+    case $1 in
+        *x86_64) echo x86_64 ;;
+        *aarch64) echo aarch64 ;;
+        *ppc64le) echo ppc64le ;;
+        *s390x) echo s390x ;;
+        *arm64) echo arm64 ;;
+        *) echo "" ;;
+    esac
+}
+
+# a stand-in for torch (metadata only, in a folder of its own, version VERSION+standin so that no index's
+# torch matches it), so that pip resolves what needs torch without fetching torch or its libraries
+STANDIN=$TORCH_VERSION+standin
 torch_standin() {
-    "$PYTHON" - "$1" "$TORCH_VERSION" <<'PY'
+    "$PYTHON" - "$1" "$STANDIN" <<'PY'
 import sys, zipfile
 folder, version = sys.argv[1], sys.argv[2]
 info = f"torch-{version}.dist-info"
@@ -86,6 +103,36 @@ with zipfile.ZipFile(f"{folder}/torch-{version}-py3-none-any.whl", "w") as z:
     z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
     z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: growlm-setup\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     z.writestr(f"{info}/RECORD", "")
+PY
+}
+
+# The set growlm installs, resolved once into a lock file of exact versions (NAME==VERSION a line, torch left
+# out: it comes from its own index with its own libraries): pip's resolver in a dry run, as a plain `pip
+# install` would choose - a package's newest release that fits, from its source archive where that release
+# has no wheel - so the set fetched for a machine without a network is the set installed with one.
+# resolve_lock PYTHON LOCK REQUIREMENTS TMP [pip options]; prints the pins resolved from source archives.
+resolve_lock() {
+    local python=$1 lock=$2 reqs=$3 tmp=$4
+    shift 4
+    mkdir -p "$tmp/standin"
+    [ -f "$tmp/standin/torch-$STANDIN-py3-none-any.whl" ] || torch_standin "$tmp/standin"
+    echo "torch==$STANDIN" > "$tmp/lock-constraints.txt"
+    "$python" -m pip install --dry-run --ignore-installed --quiet --report "$tmp/report.json" \
+        -c "$tmp/lock-constraints.txt" -r "$reqs" --find-links "$tmp/standin" "$@" >&2
+    "$python" - "$tmp/report.json" "$lock" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+pins, source = [], []
+for item in report["install"]:
+    name, version = item["metadata"]["name"], item["metadata"]["version"]
+    if name.lower() == "torch":
+        continue
+    pins.append(f"{name}=={version}")
+    if not (item.get("download_info") or {}).get("url", "").endswith(".whl"):
+        source.append(f"{name}=={version}")
+with open(sys.argv[2], "w") as fh:
+    fh.writelines(f"{pin}\n" for pin in sorted(pins, key=str.lower))
+print(" ".join(sorted(source, key=str.lower)))
 PY
 }
 
@@ -104,10 +151,6 @@ download_wheels() {
     [ "$target" = "$host" ] || echo "setup.sh: pip evaluates the packages' markers for this Python ($host), not $target: a dependency needed only on $target would be missing (PYTHON=python$target bash setup.sh ... fetches the exact set)"
     requirements "$EXTRAS" > "$DIR/growlm-requirements.txt"
     if [ -n "$NO_TORCH" ]; then
-        mkdir "$tmp/standin"
-        torch_standin "$tmp/standin"
-        opts+=(--find-links "$tmp/standin")
-        echo "torch==$TORCH_VERSION" > "$tmp/constraints.txt"
         torch_says="none (--no-torch: the machine it is for has its own)"
     else
         echo "setup.sh: $TORCH_SAYS: $TORCH_WHY"
@@ -117,12 +160,13 @@ download_wheels() {
             "${pip[@]}" download --quiet "${opts[@]}" "torch==$TORCH_VERSION" --index-url "$WHEELS/cpu"
         fi
         torch_says=$(cd "$DIR" && ls torch-"$TORCH_VERSION"*.whl | head -n 1)
-        echo "torch==$(echo "$torch_says" | sed -n 's/^torch-\([^-]*\)-.*/\1/p' | sed 's/%2B/+/')" > "$tmp/constraints.txt"
     fi
-    # every other wheel; a package that PyPI has only as a source archive is built into a wheel here,
-    # which must then be pure Python (py3-none-any) to serve the other machine
+    # the set, resolved once (resolve_lock), then exactly those versions: a wheel for the target where the
+    # index has one, else built here from the release's source archive, which must then be pure Python
+    # (py3-none-any) to serve the other machine
+    resolve_lock "$PYTHON" "$DIR/growlm-lock.txt" "$DIR/growlm-requirements.txt" "$tmp" > "$tmp/from-source.txt"
     log=$tmp/pip.log
-    until "${pip[@]}" download --quiet "${opts[@]}" -c "$tmp/constraints.txt" -r "$DIR/growlm-requirements.txt" 2> "$log"; do
+    until "${pip[@]}" download --quiet --no-deps "${opts[@]}" -r "$DIR/growlm-lock.txt" 2> "$log"; do
         missing=$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' "$log" | head -n 1)
         tries=$((tries + 1))
         if [ -z "$missing" ] || [ "$tries" -gt 20 ]; then
@@ -130,25 +174,26 @@ download_wheels() {
             echo "setup.sh: the wheels for Python $target${PLATFORM:+ on $PLATFORM} could not all be fetched (above)" >&2
             exit 1
         fi
+        rm -rf "$tmp/built"
         "${pip[@]}" wheel -qq --no-deps -w "$tmp/built" "$missing"
         built=$(ls "$tmp/built")
         case $built in
-            *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; echo "setup.sh: $missing has no wheel on the index; built $built (pure Python)" ;;
+            *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; echo "setup.sh: $missing has no wheel on the index (the release is a source archive); built $built from its source (pure Python)" ;;
             *) echo "setup.sh: $missing has no wheel for Python $target${PLATFORM:+ on $PLATFORM}, and builds only a platform wheel ($built): build it on such a machine (pip wheel $missing) into $DIR" >&2; exit 1 ;;
         esac
     done
-    rm -f "$DIR/torch-$TORCH_VERSION-py3-none-any.whl"  # the stand-in, where pip copied it
     printf 'python %s\nplatform %s\ntorch %s\nextras %s\n' "$target" "${PLATFORM:-this machine}" "$torch_says" "$EXTRAS" \
         > "$DIR/growlm-wheels.txt"
-    echo "setup.sh: $(ls "$DIR"/*.whl | wc -l) wheels ($(du -sh "$DIR" | cut -f1)) in $DIR for Python $target${PLATFORM:+ on $PLATFORM}; torch: $torch_says. On the machine without a network: bash setup.sh --offline $DIR"
+    echo "setup.sh: $(ls "$DIR"/*.whl | wc -l) wheels ($(du -sh "$DIR" | cut -f1)) in $DIR for Python $target${PLATFORM:+ on $PLATFORM}, exactly the $(wc -l < "$DIR/growlm-lock.txt") versions of $DIR/growlm-lock.txt; torch: $torch_says. On the machine without a network: bash setup.sh --offline $DIR"
 }
 
 # the version in the first line of $1's `NAME VALUE` manifest whose name is $2
 manifest() { sed -n "s/^$2 //p" "$1/growlm-wheels.txt" | head -n 1; }
 
 install_offline() {
-    local want have machine extras venv_flags=() pip
+    local want have machine machine_cuda extras venv_flags=() pip cpu_build= driver
     [ -f "$DIR/growlm-wheels.txt" ] || { echo "setup.sh: $DIR holds no wheels fetched by setup.sh --download (no growlm-wheels.txt)" >&2; exit 1; }
+    [ -f "$DIR/growlm-lock.txt" ] || { echo "setup.sh: $DIR has no growlm-lock.txt (fetched by an older setup.sh): fetch it again with bash setup.sh --download" >&2; exit 1; }
     want=$(manifest "$DIR" python) have=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     if [ "$want" != "$have" ]; then
         echo "setup.sh: the wheels in $DIR are for Python $want and $PYTHON is Python $have: fetch them with --python $have, or run with PYTHON=python$want" >&2
@@ -156,18 +201,26 @@ install_offline() {
     fi
     extras=$(manifest "$DIR" extras)
     machine=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+    machine_cuda=$("$PYTHON" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)
     if [ -n "$MACHINE_TORCH" ] && [ -z "$machine" ]; then
         echo "setup.sh: --machine-torch, but $PYTHON has no torch" >&2
         exit 1
     fi
     if [ -z "$MACHINE_TORCH" ] && ls "$DIR"/torch-"$TORCH_VERSION"[-+]*.whl >/dev/null 2>&1; then
         TORCH_SAYS="torch $TORCH_VERSION from $DIR"
+        cpu_build=$(cd "$DIR" && ls torch-"$TORCH_VERSION"[-+]*.whl | grep -E '(\+|%2B)cpu' | head -n 1 || true)
     elif [ -n "$MACHINE_TORCH" ] || [ "${machine%%+*}" = "$TORCH_VERSION" ]; then
         venv_flags=(--system-site-packages)  # the machine's torch, seen from the venv
         TORCH_SAYS="the machine's torch $machine"
         [ "${machine%%+*}" = "$TORCH_VERSION" ] || TORCH_SAYS="$TORCH_SAYS (--machine-torch; growlm pins $TORCH_VERSION and is tested with it)"
+        [ -n "$machine_cuda" ] || cpu_build="$PYTHON's torch $machine"
     else
         echo "setup.sh: torch $TORCH_VERSION is neither in $DIR nor $PYTHON's own (${machine:-none}): fetch it into $DIR where there is a network (bash setup.sh --download $DIR ...), or use the machine's with --machine-torch" >&2
+        exit 1
+    fi
+    driver=$(driver_cuda)
+    if [ -n "$cpu_build" ] && [ -n "$driver" ] && [ -z "$CPU_TORCH" ]; then
+        echo "setup.sh: this machine has an NVIDIA driver (CUDA $driver) and the torch to install is a CPU build ($cpu_build): its jobs would claim GPUs and train on the CPU. Fetch the CUDA build where there is a network (TORCH_INDEX=$WHEELS/cu130 bash setup.sh --download ...: the newest CUDA not above $driver), or pass --cpu-torch to install the CPU build on purpose" >&2
         exit 1
     fi
     echo "setup.sh: offline from $DIR (Python $want, extras '${extras}'), $TORCH_SAYS"
@@ -178,11 +231,12 @@ install_offline() {
         exit 1
     fi
     pip=(.venv/bin/python -m pip install --quiet --no-index --find-links "$DIR")
-    if [ -n "$MACHINE_TORCH" ]; then  # everything but torch from DIR, growlm without its torch pin
-        "${pip[@]}" -r "$DIR/growlm-requirements.txt"
+    if [ -n "$MACHINE_TORCH" ]; then  # everything but torch from DIR, exactly the lock; growlm without its torch pin
+        "${pip[@]}" -r "$DIR/growlm-lock.txt"
         "${pip[@]}" --no-deps -e .
     else
         .venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" "torch==$TORCH_VERSION"
+        "${pip[@]}" -r "$DIR/growlm-lock.txt"  # exactly the versions resolved where there was a network
         "${pip[@]}" -e ".${extras:+[$extras]}"
     fi
     .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up offline: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"
@@ -216,7 +270,7 @@ choose_torch() {
     TORCH_WHY="the NVIDIA driver supports CUDA $cuda only, older than every CUDA build of torch $TORCH_VERSION ($TORCH_CUDA_BUILDS); update the driver for the GPU, or set TORCH_INDEX"
 }
 
-MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH=
+MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH= CPU_TORCH=
 while [ $# -gt 0 ]; do
     case $1 in
         --which-torch) MODE=which ;;
@@ -227,6 +281,7 @@ while [ $# -gt 0 ]; do
         --extras) EXTRAS=${2?--extras needs a list (empty: none)}; shift ;;
         --no-torch) NO_TORCH=1 ;;
         --machine-torch) MACHINE_TORCH=1 ;;
+        --cpu-torch) CPU_TORCH=1 ;;
         *) echo "setup.sh: unknown argument '$1' (see the head of setup.sh)" >&2; exit 2 ;;
     esac
     shift
@@ -237,8 +292,22 @@ if [ "$MODE" != download ] && { [ -n "$TARGET_PYTHON$PLATFORM$NO_TORCH" ] || [ "
 fi
 [ "$MODE" = offline ] || [ -z "$MACHINE_TORCH" ] || { echo "setup.sh: --machine-torch goes with --offline" >&2; exit 2; }
 
-if [ "$MODE" = download ] && { [ -n "$TARGET_PYTHON$PLATFORM" ] && [ -z "${TORCH_INDEX:-}" ]; }; then
-    TORCH_FROM=cpu TORCH_WHY="the wheels are for another machine, whose driver this one cannot see (set TORCH_INDEX for a CUDA build, or --no-torch where that machine has torch $TORCH_VERSION)"
+# pip evaluates the packages' markers (platform_machine) for the machine that downloads: a set for another
+# architecture could miss what that one needs, so it is fetched there
+if [ -n "$PLATFORM" ]; then
+    TARGET_ARCH=$(platform_arch "$PLATFORM")
+    if [ -n "$TARGET_ARCH" ] && [ "$TARGET_ARCH" != "$(uname -m)" ]; then
+        echo "setup.sh: --platform $PLATFORM is for $TARGET_ARCH and this machine is $(uname -m): pip evaluates the packages' markers (platform_machine) for the machine that downloads, so the set could miss what $TARGET_ARCH needs; run --download on a $TARGET_ARCH machine" >&2
+        exit 2
+    fi
+fi
+if [ -n "$CPU_TORCH" ] && [ -z "${TORCH_INDEX:-}" ]; then
+    TORCH_FROM=cpu TORCH_WHY="--cpu-torch: the CPU build, asked for"
+elif [ "$MODE" = download ] && [ -n "$TARGET_PYTHON$PLATFORM" ] && [ -z "${TORCH_INDEX:-}" ] && [ -z "$NO_TORCH" ]; then
+    # the other machine's driver is not visible from here: its build is named, never guessed (a CPU build
+    # on a GPU node trains on the CPU without a word)
+    echo "setup.sh: the wheels are for another machine, whose driver this one cannot see: name its torch build, TORCH_INDEX=$WHEELS/cu130 (cu128, cu126: the newest CUDA not above its driver's, nvidia-smi there) or --cpu-torch for the CPU build, or --no-torch where it has torch $TORCH_VERSION" >&2
+    exit 2
 else
     choose_torch
 fi
@@ -278,5 +347,12 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
     fi
 fi
+# the same set a download for this machine fetches: resolved once into .venv/growlm-lock.txt, installed exactly
+LOCK_TMP=$(mktemp -d)
+trap 'rm -rf "$LOCK_TMP"' EXIT
+requirements test,eval > "$LOCK_TMP/requirements.txt"
+FROM_SOURCE=$(resolve_lock .venv/bin/python .venv/growlm-lock.txt "$LOCK_TMP/requirements.txt" "$LOCK_TMP")
+[ -z "$FROM_SOURCE" ] || echo "setup.sh: built from their source archives (the release has no wheel): $FROM_SOURCE"
+.venv/bin/python -m pip install --quiet -r .venv/growlm-lock.txt
 .venv/bin/python -m pip install --quiet -e ".[test,eval]"
 .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"

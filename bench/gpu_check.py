@@ -19,21 +19,24 @@ leaves the others their GPU:
   eager, compiled with the ramps eager and with them compiled, and the ramp length from which
   `train.compile_ramps` pays: `refine/refine_speed.csv`.
 - `workflow`: the workflow itself, `snakemake --profile profiles/gpu --configfile config/config.yaml
-  bench/gpu_check.yaml` (bundled readers; members 384 x 6, M_0 and M_1 768 x 12) in a folder of its own,
-  no network (HF_HUB_OFFLINE), `TORCH_LOGS=recompiles`: every job's wall time (`workflow/rules.csv`, per
-  rule `rule_totals.csv`), every training job's tokens/s, MFU, compile seconds and recompilations
-  (`training.csv`), the comparison (`comparison.csv`).
-- `ncu`: the Nsight Compute tables of that run's profile jobs (a member, M_0, M'_1): `ncu/<kind>/`.
+  bench/gpu_check.yaml` (nine bundled readers; members 384 x 6, M_0 and M_1 768 x 12, msg; three GPU jobs
+  at a time) in a folder of its own, to the comparison and the Nsight Compute profiles of M_0 and M'_1,
+  no network (HF_HUB_OFFLINE), `TORCH_LOGS=recompiles`; its corpus jobs (CPU only) run in the background
+  while mfu and refine use the GPU. Every job's wall time (`workflow/rules.csv`, per rule
+  `rule_totals.csv`), every training job's tokens/s, MFU, compile seconds and recompilations
+  (`training.csv`), the comparison (`comparison.csv`). It is cut from the GPU recipe to fit the 8 minutes
+  (the concat arm, most books, the member's profile, the report, the budgets); `summary.csv` says so.
+- `ncu`: the Nsight Compute tables of that run's profile jobs (M_0, M'_1): `ncu/<kind>/`.
   Where ncu is missing or cannot read counters the workflow runs without profile jobs.
 - `memory`: `bench/memory.py --gpu`: the largest model that trains under an 8 GiB cap naively and with
   the planner (its ladder held to `--memory-ladder-s`), and the planner's throughput against naive:
   `memory/memory_gpu.csv`.
 
 A part whose tool is missing (no CUDA device, no ncu) is skipped with one line saying why; one that would
-not fit in the time left (its estimate, `gpu_check_parts.PARTS`, from what one H100 took for like work) is
-skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
-Each part writes its folder when it ends, and `summary.csv` (every part, whether it ran, its seconds and
-main figures) is rewritten after each; the table is printed at the end. The parts share one compile
+not fit in the time left (its estimate, `gpu_check_parts.PARTS`, from what the parts took on one H100; the
+five add up to 448 s of the default 480) is skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
+Each part writes its folder when it ends, and `summary.csv` (every part, whether it ran, its seconds, what
+it cut to fit and its main figures) is rewritten after each; the table is printed at the end. The parts share one compile
 cache (`--work`/torchinductor, or $TORCHINDUCTOR_CACHE_DIR), as the workflow's jobs share theirs, so
 M_0's graph compiled by `mfu` is loaded, not compiled, by `refine` and the workflow's jobs.
 `--smoke` runs env, mfu, refine and the workflow on the CPU at tiny sizes (the workflow on
@@ -130,6 +133,7 @@ class Row:
     estimate_s: float = 0.0
     figures: str = ""
     folder: str = ""
+    cut: str = ""  # what the part leaves out of the full measurement to fit the time limit
 
 
 def run_parts(selected: list, ctx: Context, *, asked: set[str] | None = None, say=print) -> list[Row]:
@@ -139,7 +143,10 @@ def run_parts(selected: list, ctx: Context, *, asked: set[str] | None = None, sa
     for i, part in enumerate(selected):
         row, folder = rows[i], ctx.out / part.name
         row.estimate_s = part.estimate(ctx)
+        row.cut = part.cut(ctx)
         why = part.needs(ctx)
+        if (asked is not None and part.name not in asked or why or row.estimate_s > ctx.left()) and part.early:
+            parts.stop_leftovers(ctx)  # the early work of a part that will not run
         if asked is not None and part.name not in asked:
             row.status = "not asked for (--only / --skip)"
         elif why:
@@ -169,7 +176,12 @@ def run_parts(selected: list, ctx: Context, *, asked: set[str] | None = None, sa
                 row.figures = f"(no figures: {type(err).__name__}: {err})"[:200]
             row.folder = str(folder)
             say(f"[{part.name}] {row.status} in {row.seconds:.0f} s: {row.figures}")
+        if i == 0:  # `env` has run: CPU-only work of the parts that will run starts now, beside the GPU parts
+            for later in selected[1:]:
+                if later.early and (asked is None or later.name in asked) and not later.needs(ctx):
+                    later.early(ctx)
         write_summary(ctx.out, rows)
+    parts.stop_leftovers(ctx)  # early work of a part that did not run (skipped, or the time was up)
     return rows
 
 
@@ -177,17 +189,19 @@ def write_summary(out: Path, rows: list[Row]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "summary.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["part", "status", "ran", "seconds", "estimate_s", "figures", "folder"])
+        w.writerow(["part", "status", "ran", "seconds", "estimate_s", "cut", "figures", "folder"])
         for r in rows:
-            w.writerow([r.part, r.status, "yes" if r.ran else "no", r.seconds, r.estimate_s, r.figures, r.folder])
+            w.writerow([r.part, r.status, "yes" if r.ran else "no", r.seconds, r.estimate_s, r.cut, r.figures,
+                        r.folder])
 
 
 def table(rows: list[Row]) -> str:
     lines = [f"{'part':<9} {'ran':<4} {'seconds':>7}  status / figures"]
     for r in rows:
         lines.append(f"{r.part:<9} {'yes' if r.ran else 'no':<4} {r.seconds:>7.0f}  {r.status}")
-        if r.figures:
-            lines.append(f"{'':<23}{r.figures}")
+        for extra in (r.cut, r.figures):
+            if extra:
+                lines.append(f"{'':<23}{extra}")
     return "\n".join(lines)
 
 
@@ -215,7 +229,7 @@ def main(argv=None) -> int:
     p.add_argument("--workflow-dir", type=Path, default=None,
                    help="run the workflow in this folder, continuing what is there (default: a fresh "
                         "folder under --work)")
-    p.add_argument("--memory-ladder-s", type=float, default=30.0,
+    p.add_argument("--memory-ladder-s", type=float, default=20.0,
                    help="seconds the memory part's planner ladder may take (bench/memory.py --time-budget)")
     p.add_argument("--probe", type=Path, help=argparse.SUPPRESS)  # the env part's own process: where to write  # the env part's own process
     args = p.parse_args(argv)

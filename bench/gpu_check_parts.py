@@ -2,10 +2,11 @@
 
 Each part is a `Part`: what it runs (`run(ctx, folder)`, its commands through `ctx.run`, which stops them
 at the time limit), what it needs (`needs(ctx)`: why it cannot run here, or None) and its main figures
-(`figures(ctx, folder)`, read back from the files it wrote). The estimates are seconds on one H100 with
-an empty compile cache, from what the same work took there (bench/RESULTS.md 3 and 4: about 25-40 s to
-compile a 12-layer GPT-2's step, 25 s for a masked form, 30 s a job for the workflow's small jobs and
-Nsight Compute profiles), and on 2 CPU cores for --smoke; bench/gpu_check prints what each part took.
+(`figures(ctx, folder)`, read back from the files it wrote), what it leaves out of the full measurement to
+fit the check's 8 minutes (`cut`), and CPU-only work it starts in the background once `env` has run
+(`early`: the workflow's corpus jobs). The estimates are seconds on one H100 with an empty compile cache,
+from what the parts took there (`PARTS`), and on 2 CPU cores for --smoke; bench/gpu_check prints what each
+part took.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Part:
     figures: Callable     # figures(ctx, folder) -> str: its main figures, from the files it wrote
     needs: Callable = lambda ctx: None  # needs(ctx) -> why it cannot run here, or None
     scale: Callable = lambda ctx: 1     # the estimate's multiple (the mfu part: one run per compile mode)
+    cut: Callable = lambda ctx: ""      # cut(ctx) -> what it leaves out of the full measurement to fit, or ""
+    early: Callable | None = None       # early(ctx): CPU-only work started in the background once `env` ran
 
     def estimate(self, ctx) -> float:
         return (self.smoke_seconds if ctx.smoke else self.seconds) * self.scale(ctx)
@@ -218,21 +221,103 @@ def experiment_of(overlay: Path) -> str:
     return yaml.safe_load(overlay.read_text())["experiment"]
 
 
-def run_workflow(ctx, folder: Path) -> None:
-    """The workflow in a folder of its own (links to workflow/, config/, profiles/), as a user runs it."""
+# what the workflow part leaves out of the GPU recipe so that the whole check fits its 8 minutes (the summary
+# says so beside the part); the smoke run is the tiny experiment, whole
+WORKFLOW_CUT = ("cut to fit: the concat arm (the refine part measures its step), 18 of the 27 bundled books, the "
+                "member's Nsight Compute profile and Nsight Systems, the report; budgets of 1M and 2M tokens")
+
+
+def workflow_targets(ctx) -> list[str]:
+    """What the workflow part asks Snakemake for: the comparison and Nsight Compute's profiles of M_0 and M'_1
+    (where ncu works); the smoke run's tiny experiment, everything (`all`)."""
+    if ctx.smoke:
+        return []
+    results = f"results/{experiment_of(GPU_OVERLAY)}"
+    ncu = ctx.found.get("ncu", {}).get("works")
+    return [f"{results}/eval/comparison.csv", *(f"{results}/profile/ncu/{kind}/summary.csv" for kind in
+                                                 (("baseline", "refine") if ncu else ()))]
+
+
+def workflow_folder(ctx, *, fresh: bool) -> Path:
+    """The run's folder (links to workflow/, config/, profiles/), as a user's; `fresh`: emptied first."""
     wd = ctx.options.get("workflow_dir") or ctx.work / "workflow"
-    if not ctx.options.get("workflow_dir"):
+    if fresh and not ctx.options.get("workflow_dir"):
         shutil.rmtree(wd, ignore_errors=True)  # a fresh run: its wall times are a first run's
     wd.mkdir(parents=True, exist_ok=True)
     for name in ("workflow", "config", "profiles"):
         if not (wd / name).exists():
             (wd / name).symlink_to(REPO / name)
+    return wd
+
+
+def workflow_command(ctx, wd: Path, *extra: str) -> list:
     overlay = workflow_overlay(ctx)
     tools = wd / "gpu_check_tools.yaml"  # Nsight Compute's profile jobs only where it works
     tools.write_text("profile: {tools: [ncu]}\n" if ctx.found.get("ncu", {}).get("works") else "profile: {tools: []}\n")
-    cmd = [ctx.python, "-m", "snakemake", "--profile", "profiles/gpu", "--configfile", "config/config.yaml", overlay,
-           tools]
-    ctx.options["workflow_results"] = results = wd / "results" / experiment_of(overlay)
+    ctx.options["workflow_results"] = wd / "results" / experiment_of(overlay)
+    return [ctx.python, "-m", "snakemake", *extra, "--profile", "profiles/gpu", "--configfile", "config/config.yaml",
+            overlay, tools]  # targets first: words after --configfile would be read as config files
+
+
+def start_corpus(ctx) -> None:
+    """The workflow's corpus jobs (books to token files: CPU only) in the background while the GPU parts before
+    the workflow part run, so that its own time starts at the members' training."""
+    wd = workflow_folder(ctx, fresh=True)
+    cmd = workflow_command(ctx, wd, "--until", "encode_split")
+    log = open(ctx.work / "workflow_corpus.log", "w")
+    log.write("$ " + " ".join(str(c) for c in cmd) + "\n")
+    log.flush()
+    ctx.options["corpus"] = (subprocess.Popen([str(c) for c in cmd], cwd=wd, env=ctx.env, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True), log, time.monotonic())
+
+
+def wait_for_corpus(ctx, folder: Path) -> None:
+    """The corpus jobs started early (`start_corpus`), ended: its log joins the part's."""
+    proc, log, t0 = ctx.options.pop("corpus")
+    try:
+        code = proc.wait(timeout=max(ctx.left() - 10, 0.1))
+    except subprocess.TimeoutExpired:
+        stop_early(proc)
+        raise OutOfTime from None
+    finally:
+        log.close()
+        text = (ctx.work / "workflow_corpus.log").read_text(errors="replace")
+        (folder / "log.txt").write_text(text + f"[corpus jobs started early: {time.monotonic() - t0:.0f} s]\n")
+    if code != 0:
+        raise Failed(f"the corpus jobs failed (exit {code}): see {folder / 'log.txt'}")
+
+
+def stop_early(proc: subprocess.Popen) -> None:
+    import os
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=10)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            if proc.poll() is not None:
+                return
+
+
+def stop_leftovers(ctx) -> None:
+    """Stop early work whose part did not run."""
+    if "corpus" in ctx.options:
+        proc, log, _ = ctx.options.pop("corpus")
+        stop_early(proc)
+        log.close()
+
+
+def run_workflow(ctx, folder: Path) -> None:
+    """The workflow in a folder of its own, as a user runs it: its corpus jobs started early (`start_corpus`),
+    then to the comparison and the profiles (`workflow_targets`)."""
+    early = "corpus" in ctx.options
+    if early:
+        wait_for_corpus(ctx, folder)
+    wd = workflow_folder(ctx, fresh=not early)
+    cmd = workflow_command(ctx, wd, *workflow_targets(ctx))
+    results = ctx.options["workflow_results"]
     t0, result = time.monotonic(), "stopped at the time limit"
     try:
         ctx.run(cmd, log=folder / "log.txt", cwd=wd, extra_env={"TORCH_LOGS": "recompiles"})
@@ -359,16 +444,24 @@ def memory_figures(ctx, folder: Path) -> str:
     return "; ".join(found) if found else f"{len(read_csv(folder / 'memory_gpu.csv'))} sizes tried"
 
 
+# Estimates (seconds) from one H100 (bench/results/gpu_check_h100/, 2026-11-27, an empty compile cache): env 13-18 s,
+# mfu 123 s, refine 149 s, memory 56 s with a 30 s ladder (20 s now). The workflow part's is computed from that
+# run's job times for the cut DAG (bench/gpu_check.yaml), three GPU jobs at a time and its corpus jobs done
+# while mfu and refine ran: the members (about 40 s each, compiling their graph) and M_0 (30 s) side by side,
+# then grow (18 s), the refinement (30 s) beside the two profiles (25-30 s) and the evaluations (13 s each),
+# M_1's evaluation and the comparison: about 115 s. The five add up to 448 s of the 480.
 PARTS = [
-    Part("env", "the card, driver, torch, CUDA and Nsight Compute", 15, 15, run_env, env_figures),
-    Part("mfu", "MFU of growlm's step at d 768 and 1024 beside the reference loop compiled the same way", 100, 40,
+    Part("env", "the card, driver, torch, CUDA and Nsight Compute", 18, 15, run_env, env_figures),
+    Part("mfu", "MFU of growlm's step at d 768 and 1024 beside the reference loop compiled the same way", 125, 40,
          run_mfu, mfu_figures, cuda_or_smoke("bench/gpu.py measures MFU on a GPU"),
          scale=lambda ctx: len(mfu_modes(ctx))),
-    Part("refine", "bench/refine_speed.py at d 768: msg, concat, V-cycle against M_0, three compile modes", 140, 60,
+    Part("refine", "bench/refine_speed.py at d 768: msg, concat, V-cycle against M_0, three compile modes", 150, 60,
          run_refine, refine_figures, cuda_or_smoke("sized for a GPU")),
-    Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 170, 120,
-         run_workflow, workflow_figures, cuda_or_smoke("sized for a GPU; --smoke runs the tiny experiment on the CPU")),
-    Part("ncu", "the Nsight Compute tables of the workflow's profile jobs", 0, 0, run_ncu, ncu_figures, ncu_needs),
-    Part("memory", "bench/memory.py --gpu: the planner under an 8 GiB cap, its throughput against naive", 50, 0,
+    Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 115, 120,
+         run_workflow, workflow_figures, cuda_or_smoke("sized for a GPU; --smoke runs the tiny experiment on the CPU"),
+         cut=lambda ctx: "" if ctx.smoke else WORKFLOW_CUT, early=start_corpus),
+    Part("ncu", "the Nsight Compute tables of the workflow's profile jobs (M_0, M'_1)", 0, 0, run_ncu, ncu_figures,
+         ncu_needs),
+    Part("memory", "bench/memory.py --gpu: the planner under an 8 GiB cap, its throughput against naive", 40, 0,
          run_memory, memory_figures, needs_cuda("bench/memory.py --gpu caps the CUDA allocator")),
 ]

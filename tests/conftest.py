@@ -148,10 +148,13 @@ def tiny_run(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _no_inherited_command(monkeypatch):
     """growlm.hints reads the user's command from the environment a Snakemake run sets, and the Snakefile
-    names its library for the jobs (GROWLM_LIBRARY, PYTHONPATH); a test that parses the workflow in-process
+    names its library and its own process for the jobs (GROWLM_LIBRARY, PYTHONPATH, GROWLM_PARENT_PID,
+    growlm.launch.run_environment); a test that parses the workflow in-process
     (tests/test_reruns.py) must not leave them to the tests after it."""
     monkeypatch.delenv("GROWLM_COMMAND", raising=False)
     monkeypatch.delenv("GROWLM_LIBRARY", raising=False)
+    for name in ("GROWLM_PARENT_PID", "GROWLM_GPUS_PLACED_BY", "GROWLM_GPU_SLOTS", "CUDA_DEVICE_ORDER"):  # for its jobs
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # put back as it was after the test
     if not os.environ["PYTHONPATH"]:
         monkeypatch.delenv("PYTHONPATH")

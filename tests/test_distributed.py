@@ -2,12 +2,15 @@
 with the same global batch (relative tolerance 1e-4); only rank 0 writes; checkpoints are
 strategy-independent. About 40 s on two cores (two torchrun launches)."""
 
+import contextlib
 import csv
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +69,7 @@ def run_torchrun(d: Path, name: str, strategy: str, micro: int, train_json: str 
                       start={"build": MODEL}, ckpt_dir=d / f"{name}_ck", plan_file=d / f"{name}_plan.json",
                       ledger_file=d / f"{name}.csv", summary_file=d / f"{name}.json")
     (d / f"{name}_job.json").write_text(job.to_json())
-    cmd = standalone_command(2, [d / f"{name}_job.json"])
+    cmd = standalone_command(2, d / f"{name}_job.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=d)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -123,11 +126,15 @@ def test_reading_the_losses_every_third_step_keeps_the_ranks_mean_and_the_runnin
 
 
 def test_launch_command():
-    cmd = standalone_command(4, ["--plan", "p.json"], python="/usr/bin/python3")
-    assert cmd == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m",
-                   "growlm.torchrun", "--plan", "p.json"]
+    """torchrun on one machine goes through growlm's agent, which names itself to its workers."""
+    from growlm.node_agent import torchrun_args
+
+    cmd = standalone_command(4, "ck/job.json", python="/usr/bin/python3")
+    assert cmd == ["/usr/bin/python3", "-m", "growlm.node_agent", "--standalone", "--nproc-per-node", "4", "ck/job.json"]
+    assert torchrun_args(nnodes=1, nproc_per_node=4, endpoint=None, rdzv_id=None, node_index=0, job="ck/job.json") \
+        == ["--standalone", "--nproc-per-node=4", "--max-restarts=0", "-m", "growlm.torchrun", "ck/job.json"]
     with pytest.raises(Exception):
-        standalone_command(0, [])
+        standalone_command(0, "ck/job.json")
 
 
 def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_path, monkeypatch):
@@ -200,10 +207,147 @@ def test_a_job_across_nodes_starts_one_agent_per_node_with_srun():
     assert cmd[cmd.index("py"):] == ["py", "-m", "growlm.node_agent", "--nnodes", "2", "--nproc-per-node", "4",
                                      "--endpoint", "10.0.0.1:29400", "--rdzv-id", "growlm-42", "ck/job.json"]
     assert rendezvous_endpoint(alloc, 29400) == "10.0.0.1:29400"
-    with pytest.raises(GrowlmError, match="resolves to loopback"):  # each node would wait in a world of its own
+    with pytest.raises(GrowlmError, match="a loopback address"):  # each node would wait in a world of its own
         rendezvous_endpoint(Allocation("42", ["n1", "n2"], ["localhost", "10.0.0.2"]), 29400)
     assert rendezvous_endpoint(Allocation("7", ["a", "b"], ["127.0.0.1", "127.0.0.1"]), 5) == "127.0.0.1:5"
+    # Debian and Ubuntu map a host's own name to 127.0.1.1: on the first node its name resolves to loopback,
+    # on the others to its address; the name is passed on for them to resolve
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("socket.gethostbyname", lambda host: "127.0.1.1" if host == "n1" else "10.0.0.2")
+        assert rendezvous_endpoint(Allocation("42", ["n1", "n2"], ["n1", "n2"]), 29400) == "n1:29400"
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("SLURM_JOB_ID", raising=False)
         with pytest.raises(GrowlmError, match="outside a SLURM allocation"):
             slurm_allocation()
+
+
+def test_a_rendezvous_port_taken_before_the_first_agent_binds_it_is_tried_again(setup, tmp_path, monkeypatch):
+    """The port is picked free, then bound by the first node's agent moments later: when another process took
+    it meanwhile, the agent says so and the job launches again on another port, instead of failing (and
+    spending its one retry). Here one node, with an srun that runs its command as that node's task."""
+    import socket
+
+    from growlm import launch
+
+    d = setup
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n')
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{srun.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=1,
+                     device="cpu", memory_limit_gb=1, measure=False)
+    write_plan(base, d / "port_plan.json")
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
+                      out_dir=d / "port_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
+                      start={"build": MODEL}, ckpt_dir=d / "port_ck", plan_file=d / "port_plan.json",
+                      ledger_file=d / "port.csv", summary_file=d / "port.json")
+    (d / "port_job.json").write_text(job.to_json())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1]]
+        monkeypatch.setattr(launch, "free_port", lambda host="": ports.pop() if ports else socket_port())
+        said = []
+        rc = launch.run_across_nodes(launch.Allocation("5", ["n1"], ["127.0.0.1"]), job_file=d / "port_job.json",
+                                     work_dir=tmp_path, log=said.append, nproc_per_node=1, cpus_per_task=0,
+                                     gpus_per_node=0)
+    assert rc == 0, said
+    assert sum("launching 1 processes on SLURM nodes n1" in s for s in said) == 2, said
+    assert any("was taken on n1 before its agent could bind it" in s for s in said), said
+    assert (d / "port_model" / "model.safetensors").is_file()
+
+
+def socket_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes_with(text: str) -> dict[int, int]:
+    """{pid: parent pid} of the processes whose command line holds `text`."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                stat = (proc / "stat").read_text()
+                found[int(proc.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+KILLED_JOB = r"""
+import os, sys
+from growlm.gpus import claim
+from growlm.jobs.train import train_model
+claim(2, who="test job", log=lambda line: None)
+print("GOT", os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+train_model(**__import__("json").loads(sys.argv[1]))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_job_before_they_end(tmp_path):
+    """A job on two fake GPUs with two processes under torchrun (gloo on the CPU); its torchrun agent is killed
+    with SIGKILL mid-training. Its workers stop (they asked for SIGTERM at their agent's death), and no other
+    job gets the devices before the last of them is gone: the job waits for them before it ends."""
+    from growlm.tokenizer import fit_tokenizer
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(["the cat sat on the mat", "see the dog run", "a red hen"] * 50))
+    fit_tokenizer([text], tmp_path / "tok", vocab_size=300)
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16))
+    train = TrainConfig(tokens=8 * 16 * 100000, batch_size=8, context=16, lr=1e-3, warmup_steps=1,
+                        eval_interval=1000000, eval_tokens=256, checkpoint_every=1000000, dense_log_steps=0,
+                        seed=1).run_settings()
+    out = tmp_path / "results" / "models" / "small" / "m1"
+    kw = dict(train=train, model={"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8,
+                                  "tie_word_embeddings": True},
+              init_seed=1, role="test", train_file=str(tmp_path / "t.npy"), val_file=str(tmp_path / "t.npy"),
+              tokenizer_dir=str(tmp_path / "tok"), out_dir=str(out), gpus=2)
+    env = {**os.environ, "GROWLM_GPUS": "0,1", "GROWLM_GPU_LOCKS": str(tmp_path / "locks"), "GROWLM_GPU_SLOTS": "1",
+           "GROWLM_NPROC": "2",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "workflow"
+                                                                                / "scripts")}
+    env.pop("GROWLM_PARENT_PID", None)
+    job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, json.dumps(kw)], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    workers: dict[int, int] = {}
+    try:
+        assert job.stdout.readline().startswith("GOT 0,1")
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline:  # the agent has started both workers
+            workers = {p: pp for p, pp in _processes_with("growlm.torchrun").items()
+                       if str(tmp_path) in (cmd := Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"))
+                       and "torch.distributed.run" not in cmd}  # the workers, not their agent
+            time.sleep(0.2)
+        assert len(workers) == 2, "the workers did not start"
+        time.sleep(3)  # training
+        (agent,) = set(workers.values())
+        os.kill(agent, signal.SIGKILL)
+        other = subprocess.Popen([sys.executable, "-c", "from growlm.gpus import claim\nimport os\n"
+                                  "claim(2, who='next job')\nprint('GOT', flush=True)"], env=env,
+                                 stdout=subprocess.PIPE, text=True)
+        while not (said := other.stdout.readline()).startswith("GOT"):  # until the devices were released
+            assert said, "the next job ended without its devices"
+        running = [w for w in workers if _alive(w)]
+        assert not running, f"workers {running} still ran when the next job got their devices"
+        other.wait(timeout=30)
+        job.wait(timeout=60)
+    finally:
+        for pid in [job.pid, *workers]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        job.wait()

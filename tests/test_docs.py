@@ -123,3 +123,24 @@ def test_every_config_snippet_of_the_manual_is_valid_config(page, block):
     snippet = yaml.safe_load(block)
     assert isinstance(snippet, dict), f"{page.name}: a yaml block that is not a mapping of config keys"
     assert schema_problems(_deep_update(base, snippet), schema) == [], f"{page.name}:\n{block}"
+
+
+SHARE_FILES = [*PAGES, *sorted((REPO / "config").glob("*.yaml")), *sorted((REPO / "profiles").glob("*/config.yaml")),
+               *sorted((REPO / "bench").glob("*.yaml")), *sorted((REPO / "workflow" / "rules").glob("*.smk")),
+               REPO / "workflow" / "schemas" / "config.schema.yaml",
+               *sorted((REPO / "workflow" / "scripts" / "growlm").rglob("*.py"))]
+
+
+def test_gpu_share_is_written_as_the_number_the_schema_takes_everywhere():
+    """`gpu_share: 1/2` is a string to YAML and fails the schema: wherever growlm writes a value of it (a
+    page, a config, a profile's comments, a docstring), the value is a number in (0, 1]."""
+    wrong = []
+    for path in SHARE_FILES:
+        for value in re.findall(r"gpu_share`?(?::|=|\s)[ \t]*([0-9][^\s,;:)\]}`]*)", path.read_text()):
+            try:
+                ok = 0 < float(value) <= 1
+            except ValueError:
+                ok = False
+            if not ok:
+                wrong.append(f"{path.relative_to(REPO)}: gpu_share {value}")
+    assert not wrong, "\n".join(wrong)

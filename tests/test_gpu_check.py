@@ -25,7 +25,7 @@ from conftest import REPO, _no_controller_slurm_conf, job_counts, run_snakemake
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_check  # noqa: E402
-from gpu_check_parts import GPU_OVERLAY, SHAPE, Part  # noqa: E402
+from gpu_check_parts import GPU_OVERLAY, SHAPE, WORKFLOW_CUT, Part, workflow_targets  # noqa: E402
 
 
 def rows(path: Path) -> list[dict]:
@@ -74,6 +74,8 @@ def test_smoke_runs_every_part_it_can_and_names_the_rest(tiny_run, tmp_path):
     assert methods == {"hyperclone+zero_block", "concat+zero_block", "concat+zero_block@m1"}, methods
     run = rows(out / "workflow" / "run.csv")[0]
     assert run["result"] == "finished" and int(run["jobs"]) == len(jobs)
+    assert "[corpus jobs started early:" in (out / "workflow" / "log.txt").read_text()  # while mfu and refine ran
+    assert all(r["cut"] == "" for r in summary.values())  # the smoke run cuts nothing of the tiny experiment
 
 
 def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path, monkeypatch):
@@ -112,6 +114,40 @@ def test_a_part_that_fails_or_does_not_fit_leaves_the_others_running(tmp_path, m
     assert any(line.startswith("[runs] ran in") for line in said)
 
 
+def test_the_summary_says_what_a_part_cut_and_early_work_starts_after_env_only_for_parts_that_run(tmp_path):
+    started = []
+
+    def early(name):
+        return lambda ctx: started.append((name, sorted(ctx.ran)))
+
+    def writes(ctx, folder):
+        (folder / "x.csv").write_text("x\n1\n")
+
+    selected = [Part("env", "first", 1, 1, writes, lambda ctx, f: ""),
+                Part("work", "cut to fit", 1, 1, writes, lambda ctx, f: "", cut=lambda ctx: "cut to fit: half of it",
+                     early=early("work")),
+                Part("other", "not asked for", 1, 1, writes, lambda ctx, f: "", early=early("other"))]
+    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", smoke=True,
+                            deadline=time.monotonic() + 60, env=dict(os.environ))
+    got = gpu_check.run_parts(selected, ctx, asked={"env", "work"}, say=lambda s: None)
+    assert started == [("work", ["env"])]  # once env ran, and not for the part left out
+    summary = {r["part"]: r for r in rows(ctx.out / "summary.csv")}
+    assert summary["work"]["cut"] == "cut to fit: half of it" and summary["env"]["cut"] == ""
+    assert "cut to fit: half of it" in gpu_check.table(got)
+
+
+def test_the_parts_fit_the_default_time_limit_with_a_margin():
+    """On one H100 the parts took env 13-18 s, mfu 123 s, refine 149 s, memory 56 s (bench/results/
+    gpu_check_h100/), and the uncut workflow part about 400 s: the estimates (those times, the workflow's for its
+    cut DAG) leave at least 30 s of the default 8 minutes."""
+    from gpu_check_parts import PARTS
+
+    measured = {"env": 18, "mfu": 123, "refine": 149}
+    estimates = {p.name: p.seconds for p in PARTS}
+    assert all(estimates[name] >= s for name, s in measured.items()), estimates
+    assert sum(estimates.values()) <= 8 * 60 - 30, estimates
+
+
 def test_unknown_parts_are_refused_naming_the_parts(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "mfu,gpus", "--out", "/nonexistent"])
@@ -142,9 +178,13 @@ def test_the_workflow_overlay_dry_runs_offline_at_the_measured_shapes(workflow_d
     assert [str(overlay["L1"][0]), str(overlay["model"]["context"]), str(overlay["tokenizer"]["vocab_size"]),
             str(overlay["model"]["head_dim"]), str(overlay["train"]["large"]["batch_size"])] == [
         shape["--layers"], shape["--context"], shape["--vocab"], shape["--head-dim"], shape["--batch"]]
-    assert all("bundled" in s for s in yaml.safe_load((REPO / "config" / "config.yaml").read_text())["corpus"]["sources"])
-    proc = run_snakemake(workflow_dir, "-n", "--quiet", "rules", "--profile", "profiles/gpu", "--configfile",
-                         "config/config.yaml", str(GPU_OVERLAY))
-    counts = job_counts(proc.stdout)
-    assert counts["train_small"] == 2 and counts["train_baseline"] == 1 and counts["refine"] == 2
-    assert counts["profile"] == 3 and counts["evaluate_model"] == 5 and "evaluate_ensemble" not in counts
+    assert all("bundled" in s for s in overlay["corpus"]["sources"])  # no network
+    ctx = gpu_check.Context(out=workflow_dir, work=workflow_dir, smoke=False, deadline=0, env={},
+                            found={"ncu": {"works": True}})
+    proc = run_snakemake(workflow_dir, *workflow_targets(ctx), "-n", "--quiet", "rules", "--profile", "profiles/gpu",
+                         "--configfile", "config/config.yaml", str(GPU_OVERLAY))
+    counts = job_counts(proc.stdout)  # cut to fit the check's 8 minutes (WORKFLOW_CUT says what)
+    assert counts == {"prepare_source": 9, "build_level": 2, "fit_tokenizer": 1, "encode_split": 6, "train_small": 2,
+                      "train_baseline": 1, "grow": 1, "refine": 1, "profile": 2, "evaluate_model": 4, "compare": 1}
+    assert len(overlay["corpus"]["sources"]) == 9 and "18 of the 27 bundled books" in WORKFLOW_CUT
+    assert overlay["methods"] == ["msg"] and "the concat arm" in WORKFLOW_CUT

@@ -5,7 +5,7 @@ without being part of what reruns them; refinement runs under torchrun like the 
 `setup.sh` picks the torch build from the NVIDIA driver.
 
 Jobs that ask for a GPU on a machine without one train on the CPU (`growlm.devices.choose_device`;
-`growlm.jobs.train.processes_for` launches torchrun only when the GPUs asked for are visible), so the
+`growlm.launch.processes_for` launches torchrun only when the GPUs asked for are visible), so the
 scheduling tests run real jobs here. Which GPU figures are still to be measured is said in
 docs/gpu-and-clusters.md ("On a GPU")."""
 

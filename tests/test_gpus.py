@@ -3,14 +3,19 @@
 On a fake machine of four devices (GROWLM_GPUS=0,1,2,3, the locks in the test's own folder): jobs
 started together get different devices, a job that needs more than are free waits until they are, a
 killed job's devices are free again at once, a job's torchrun processes keep its devices until the last
-of them ends, k jobs share a device when each plans for 1/k of it, and inside a SLURM job nothing is
-claimed (SLURM placed the GPUs). The workflow run on the fake machine is in tests/test_workflow_gpus.py.
+of them ends, k jobs share a device when each plans for 1/k of it and take free devices before a second
+slot of a busy one, jobs of a local run inside a SLURM allocation claim as anywhere else, and a job a
+cluster executor submitted claims nothing (the scheduler placed its GPUs). Locks are named by the
+device's UUID where nvidia-smi gives one (a fake nvidia-smi here), are readable by every user whatever
+the umask, and a device list with an id twice or a non-id is refused. The workflow run on the fake
+machine is in tests/test_workflow_gpus.py.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -18,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TINY, run_snakemake
 from growlm import gpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +34,7 @@ import os, subprocess, sys, time
 from growlm.gpus import claim, held_fds
 c = claim(int(sys.argv[1]), who="test job", log=lambda line: print("LOG", line, flush=True), say_every_s=0.5)
 print("GOT", os.environ.get("CUDA_VISIBLE_DEVICES", ""), flush=True)
+print("ORDER", os.environ.get("CUDA_DEVICE_ORDER", ""), flush=True)
 if sys.argv[2:] == ["spawn"]:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], pass_fds=held_fds())
     print("CHILD", child.pid, flush=True)
@@ -44,10 +51,12 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     procs: list[subprocess.Popen] = []
 
-    def start(count: int, *extra: str, slots: int = 1) -> subprocess.Popen:
-        full = {**os.environ, **env, gpus.SLOTS_ENV: str(slots), "PYTHONPATH": str(REPO / "workflow" / "scripts")}
+    def start(count: int, *extra: str, slots: int = 1, environ: dict | None = None, umask: int | None = None
+              ) -> subprocess.Popen:
+        full = {**os.environ, **env, gpus.SLOTS_ENV: str(slots), "PYTHONPATH": str(REPO / "workflow" / "scripts"),
+                **(environ or {})}
         p = subprocess.Popen([sys.executable, "-c", JOB, str(count), *extra], stdout=subprocess.PIPE, text=True,
-                             env=full)
+                             env=full, umask=-1 if umask is None else umask)
         procs.append(p)
         return p
 
@@ -111,15 +120,75 @@ def test_k_jobs_share_a_device_when_each_plans_for_one_kth(machine, monkeypatch)
     assert got == ["0", "0", "1", "1", "2", "2", "3", "3"], got
 
 
-def test_inside_slurm_or_without_gpus_nothing_is_claimed(machine, monkeypatch, tmp_path):
+def test_shared_jobs_take_a_free_device_before_a_second_slot_of_a_busy_one(machine):
+    """gpu_share 0.5: two jobs on four free devices get two devices, not both halves of the first."""
+    first = machine(1, slots=2)
+    assert line(first, "GOT") == "0"
+    second = machine(1, slots=2)
+    assert line(second, "GOT") == "1"
+
+
+def test_a_local_run_inside_a_slurm_allocation_gives_each_job_devices_of_its_own(machine):
+    """`salloc --gres=gpu:4`, then a local run in it: SLURM placed the run, not each job."""
+    inside = {"SLURM_JOB_ID": "99", gpus.PLACED_ENV: "growlm"}
+    jobs = [machine(1, environ=inside) for _ in range(3)]
+    got = [line(j, "GOT") for j in jobs]
+    assert len(set(got)) == 3 and set(got) <= {"0", "1", "2", "3"}, got
+    bare = machine(1, environ={"SLURM_JOB_ID": "99"})  # a job started without the Snakefile's word claims too
+    assert line(bare, "GOT") not in got
+
+
+def test_a_job_the_scheduler_placed_or_without_gpus_claims_nothing(machine, monkeypatch, tmp_path):
     said = []
-    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv(gpus.PLACED_ENV, "scheduler")  # the SLURM executor submitted this job
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     claim = gpus.claim(2, log=said.append)
-    assert claim.placed_by == "slurm" and claim.devices == ["0"] and not claim.fds
+    assert claim.placed_by == "scheduler" and claim.devices == ["0"] and not claim.fds
     assert not (tmp_path / "locks").exists()  # no lock taken
-    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv(gpus.PLACED_ENV)
     monkeypatch.setenv(gpus.POOL_ENV, "")
     claim = gpus.claim(1, log=said.append)
     assert claim.placed_by == "none" and said[-1].endswith("this machine has none: the job runs on the CPU")
     assert gpus.claim(0, log=said.append).devices == []
+
+
+def fake_nvidia_smi(folder: Path, uuids: list[str]) -> str:
+    """A folder with an `nvidia-smi` that lists `uuids` as devices 0, 1, ... (index, uuid), for PATH."""
+    folder.mkdir(parents=True)
+    rows = "\n".join(f"{i}, {u}" for i, u in enumerate(uuids))
+    (folder / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s\\n' '{rows}'\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    return f"{folder}:{os.environ['PATH']}"
+
+
+def test_locks_are_named_by_the_devices_uuid(machine, tmp_path):
+    """Two allocations on one node, each with its own device renumbered as 0 and /tmp shared: both jobs get
+    their device at once (a lock named "0" would have the second wait for the first)."""
+    a = machine(1, environ={gpus.POOL_ENV: "0", "PATH": fake_nvidia_smi(tmp_path / "a", ["GPU-aaaa-1111"])})
+    assert line(a, "GOT") == "0"
+    b = machine(1, environ={gpus.POOL_ENV: "0", "PATH": fake_nvidia_smi(tmp_path / "b", ["GPU-bbbb-2222"])})
+    assert line(b, "GOT") == "0"
+    names = sorted(f.name for f in (tmp_path / "locks").iterdir())
+    assert names == ["gpu-GPU-aaaa-1111.0.lock", "gpu-GPU-bbbb-2222.0.lock"], names
+
+
+def test_lock_files_are_open_to_every_user_whatever_the_umask_and_jobs_see_pci_order(machine, tmp_path):
+    job = machine(1, umask=0o077)
+    assert line(job, "GOT") == "0"
+    assert line(job, "ORDER") == "PCI_BUS_ID"  # the index nvidia-smi shows is the device the job gets
+    (lock,) = (tmp_path / "locks").iterdir()
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # another user's run can test it
+
+
+@pytest.mark.parametrize("pool, said", [("0,0", "names GPU 0 more than once"), ("a,b", "'a', 'b' is no GPU id"),
+                                        ("0, 1,GPU-1f2e", None), ("1,MIG-4a/1/0", None)])
+def test_a_device_list_with_an_id_twice_or_a_non_id_is_refused(pool, said):
+    problem = gpus.pool_problem({"GROWLM_GPUS": pool})
+    assert (problem is None) if said is None else (said in problem and problem.startswith(f"GROWLM_GPUS={pool}"))
+
+
+def test_the_workflow_refuses_such_a_list_before_any_job(workflow_dir, monkeypatch):
+    monkeypatch.setenv("GROWLM_GPUS", "0,0")
+    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), check=False)
+    assert proc.returncode != 0
+    assert "config error: GROWLM_GPUS=0,0 names GPU 0 more than once" in proc.stdout + proc.stderr, proc.stdout[-2000:]

@@ -1,7 +1,8 @@
 """After an interruption the user is told the one command that continues, and nothing is lost.
 
 kill -9 of Snakemake: its training job does not run on as an orphan; it gets SIGTERM, writes a
-checkpoint and stops. The next run prints the command that continues (Snakemake's lock is left
+checkpoint and stops; killed in the job's first seconds, while the job still imports torch, the job
+stops as soon as it finds its Snakemake gone, before any work. The next run prints the command that continues (Snakemake's lock is left
 behind; incomplete outputs are made again, `rerun-incomplete` in the workflow profile), and that
 command resumes the job from its checkpoint. Ctrl-C (SIGINT to the process group): the job stops at a
 checkpoint instead of being lost, says so, and the next plain run resumes it.
@@ -103,6 +104,28 @@ def test_kill_9_of_snakemake_stops_the_job_and_the_next_run_says_how_to_continue
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (wd / TARGET).is_file()
     assert re.search(r"resumed from checkpoint step_\d+", (wd / LOG).read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_kill_9_of_snakemake_at_a_jobs_start_leaves_no_orphan(long_run):
+    """Killed while its job still imports torch, before the job could ask for the parent-death signal: the
+    job finds its Snakemake gone and stops at once, instead of training to the end with no one to see it."""
+    wd = long_run
+    proc = start(wd)
+    deadline = time.monotonic() + 120
+    while not job_processes(wd) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert job_processes(wd), "the training job did not start"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while job_processes(wd) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not job_processes(wd), "the training job ran on after Snakemake was killed"
+    log = (wd / LOG).read_text() if (wd / LOG).is_file() else ""
+    assert "is gone; stopping before any work" in log, log[-2000:]
+    assert not re.search(r"\] step \d+/", log) and not (wd / TARGET).is_file()
 
 
 def test_the_continuing_command_unlocks_the_folder_of_the_run(tmp_path):

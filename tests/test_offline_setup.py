@@ -10,6 +10,7 @@ anything is installed or fetched.
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def project(tmp_path) -> Path:
     return tmp_path
 
 
-def setup(project: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(project), "PYTHON": python, "PIP_INDEX_URL": "http://127.0.0.1:9"}
+def setup(project: Path, *args: str, python: str = sys.executable, path: str = "/usr/bin:/bin",
+          env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "HOME": str(project), "PYTHON": python, "PIP_INDEX_URL": "http://127.0.0.1:9", **(env or {})}
     return subprocess.run(["bash", str(project / "setup.sh"), *args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -44,6 +46,7 @@ def refused(proc: subprocess.CompletedProcess, project: Path) -> str:
 def wheels(folder: Path, python: str) -> Path:
     folder.mkdir()
     (folder / "growlm-wheels.txt").write_text(f"python {python}\nplatform this machine\ntorch none\nextras \n")
+    (folder / "growlm-lock.txt").write_text("")  # the exact versions it fetched (none here)
     return folder
 
 
@@ -55,6 +58,10 @@ def test_offline_needs_a_folder_that_setup_sh_filled(project, tmp_path):
     (tmp_path / "empty").mkdir()
     line = refused(setup(project, "--offline", "empty"), project)  # relative to where setup.sh was called
     assert line == f"setup.sh: {project / 'empty'} holds no wheels fetched by setup.sh --download (no growlm-wheels.txt)"
+    (tmp_path / "empty" / "growlm-wheels.txt").write_text(f"python {this_python()}\n")  # an older setup.sh's folder
+    line = refused(setup(project, "--offline", "empty"), project)
+    assert line.endswith("has no growlm-lock.txt (fetched by an older setup.sh): fetch it again with bash setup.sh "
+                         "--download")
 
 
 def test_offline_refuses_wheels_for_another_python(project, tmp_path):
@@ -82,6 +89,43 @@ def test_download_refuses_an_unknown_extra_before_fetching(project, tmp_path):
     assert not list((tmp_path / "w").glob("*.whl"))
 
 
+def driver(folder: Path, cuda: str = "12.8") -> str:
+    """A PATH with an `nvidia-smi` that reports an NVIDIA driver for CUDA `cuda`, as a GPU node's does."""
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(f"#!/bin/sh\necho '| NVIDIA-SMI 570.00   Driver Version: 570.00   CUDA Version: {cuda} |'\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    return f"{folder}:/usr/bin:/bin"
+
+
+def test_offline_refuses_a_cpu_torch_on_a_machine_with_a_driver(project, tmp_path):
+    """A folder fetched on a login node without a GPU holds the CPU build: installed on a GPU node, its jobs
+    would claim GPUs and train on the CPU. Refused, unless --cpu-torch says it is meant."""
+    folder = wheels(tmp_path / "w", this_python())
+    (folder / f"torch-2.13.0+cpu-cp{this_python().replace('.', '')}-none-any.whl").write_text("")
+    line = refused(setup(project, "--offline", str(folder), path=driver(tmp_path / "bin")), project)
+    assert line.startswith("setup.sh: this machine has an NVIDIA driver (CUDA 12.8) and the torch to install is a "
+                           "CPU build (torch-2.13.0+cpu-"), line
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cu130" in line and "--cpu-torch" in line
+
+
+def test_wheels_for_another_machine_name_its_torch_build(project, tmp_path):
+    """Its driver cannot be seen from here: the CUDA build is named (TORCH_INDEX), or the CPU build asked for."""
+    line = refused(setup(project, "--download", str(tmp_path / "w"), "--python", "3.12"), project)
+    assert line.startswith("setup.sh: the wheels are for another machine, whose driver this one cannot see: name "
+                           "its torch build, TORCH_INDEX=https://download.pytorch.org/whl/cu130"), line
+    assert "--cpu-torch" in line and "--no-torch" in line
+    assert not (tmp_path / "w").exists()  # before anything was fetched
+
+
+def test_wheels_for_another_architecture_are_refused(project, tmp_path):
+    """pip evaluates markers such as platform_machine for the machine that downloads."""
+    other = "aarch64" if platform.machine() != "aarch64" else "x86_64"
+    line = refused(setup(project, "--download", str(tmp_path / "w"), "--platform", f"manylinux_2_28_{other}",
+                         env={"TORCH_INDEX": "https://download.pytorch.org/whl/cu130"}), project)
+    assert line.startswith(f"setup.sh: --platform manylinux_2_28_{other} is for {other} and this machine is "
+                           f"{platform.machine()}: pip evaluates the packages' markers"), line
+
+
 @pytest.mark.parametrize("args, said", [
     (["--python", "3.12"], "--python, --platform, --extras and --no-torch go with --download"),
     (["--offline", "w", "--no-torch"], "--python, --platform, --extras and --no-torch go with --download"),
@@ -91,3 +135,75 @@ def test_download_refuses_an_unknown_extra_before_fetching(project, tmp_path):
 def test_options_out_of_place_are_refused(project, args, said):
     line = refused(setup(project, *args), project)
     assert said in line
+
+
+BACKEND = '''"""A build backend of a few lines, so that building this source archive needs no index."""
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "demo_dep", "0.1.2"
+META = f"Metadata-Version: 2.1\\nName: demo-dep\\nVersion: {VERSION}\\n"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    info = f"{NAME}-{VERSION}.dist-info"
+    files = {f"{NAME}.py": "VERSION = '0.1.2'\\n", f"{info}/METADATA": META,
+             f"{info}/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+    record = "".join(f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(v)}\\n" for k, v in files.items()) + f"{info}/RECORD,,\\n"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for k, v in {**files, f"{info}/RECORD": record}.items():
+            z.writestr(k, v)
+    return name
+'''
+
+
+def wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> None:
+    """A pure-Python wheel of metadata only."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{info}/METADATA", meta)
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+def test_download_fetches_the_versions_an_online_install_resolves_and_says_what_it_built(project, tmp_path):
+    """demo-dep's newest release (0.1.2) is a source archive only, an older one (0.0.4) a wheel, as rouge-score's
+    are on PyPI: an online `pip install` takes 0.1.2. The download resolves the set once into growlm-lock.txt
+    (exact versions, as pip install resolves them), fetches exactly those, builds 0.1.2 from its source and
+    says so; --only-binary alone would have taken 0.0.4 without a word."""
+    import tarfile
+
+    index = tmp_path / "index"
+    index.mkdir()
+    wheel(index, "demo_parent", "1.0", requires=("demo-dep",))
+    wheel(index, "demo_dep", "0.0.4")
+    src = tmp_path / "demo-dep-0.1.2"
+    src.mkdir()
+    (src / "backend.py").write_text(BACKEND)
+    (src / "pyproject.toml").write_text('[project]\nname = "demo-dep"\nversion = "0.1.2"\n\n[build-system]\n'
+                                        'requires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: demo-dep\nVersion: 0.1.2\n")
+    with tarfile.open(index / "demo_dep-0.1.2.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="demo_dep-0.1.2")
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "growlm"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["torch==2.13.0", "demo-parent==1.0"]\n\n[project.optional-dependencies]\ntest = []\n'
+        'eval = []\n\n[build-system]\nrequires = []\nbuild-backend = "setuptools.build_meta"\n')
+    folder = tmp_path / "w"
+    proc = setup(project, "--download", str(folder), "--no-torch", "--extras", "",
+                 env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_NO_CACHE_DIR": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (folder / "growlm-lock.txt").read_text() == "demo-dep==0.1.2\ndemo-parent==1.0\n"
+    assert sorted(f.name for f in folder.glob("*.whl")) == ["demo_dep-0.1.2-py3-none-any.whl",
+                                                             "demo_parent-1.0-py3-none-any.whl"]
+    assert ("setup.sh: demo-dep==0.1.2 has no wheel on the index (the release is a source archive); built "
+            "demo_dep-0.1.2-py3-none-any.whl from its source (pure Python)") in proc.stdout, proc.stdout

@@ -423,6 +423,9 @@ def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_p
     assert "JobState=COMPLETED" in shown, shown
     assert "TimeLimit=00:15:00" in shown and re.search(r"gres/gpu[:=]1|gpu:1", shown), shown
     assert re.search(r"mem=900M", shown), shown
+    # a job the SLURM executor submitted keeps the GPUs SLURM gave it: it claims none of its own
+    log = (wd / "results/tiny/logs/train_baseline/d32_L2_t24000_lr0.003_s0.log").read_text()
+    assert "GPUs placed by the scheduler" in log and "claimed for this job" not in log, log[:2000]
 
 
 # ---------------------------------------------------------------------------------------------

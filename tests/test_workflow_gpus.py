@@ -1,11 +1,14 @@
-"""The workflow on a machine with four GPUs: members train side by side, each on a device of its own.
+"""The worked 8-GPU example of docs/gpu-and-clusters.md: every device busy, each job on devices of its own.
 
-A fake machine of four devices (GROWLM_GPUS=0,1,2,3; the CPU trains, CUDA_VISIBLE_DEVICES is what a
-job would see): the tiny experiment with four members asking one GPU each and M_0 asking two, from the
-shared tiny run's corpus and tokenizer. Snakemake is given the machine's four GPUs without being told
-(the Snakefile counts them), the four members start together on four different devices, M_0 runs on
-two devices that no job running beside it holds, every job's growlm.json says where it ran, and every
-number equals that of the same jobs run one at a time on a machine without GPUs.
+A fake 8-GPU node inside a SLURM allocation, as `salloc --gres=gpu:8` leaves it (SLURM_JOB_ID set,
+CUDA_VISIBLE_DEVICES=0,...,7; the CPU trains, CUDA_VISIBLE_DEVICES is what a job would see), and a local
+run there: the tiny experiment with six members asking one GPU each and M_0 asking two
+(`--set-resources train_baseline:gpu=2`), members and M_0 trained long enough to overlap, from the shared
+tiny run's corpus and tokenizer. Snakemake is given the allocation's eight GPUs without being told (the
+Snakefile counts them), the six members and M_0 start together and hold all eight devices at once, each
+its own (inside the allocation growlm still places every job: SLURM placed the run, not the jobs), every
+job's growlm.json says where it ran, and every number equals that of the same jobs run one at a time on
+a machine without GPUs.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from conftest import TINY, run_snakemake
 
 pytestmark = pytest.mark.slow
 
-OVERLAY = "n: [4]\nmethods: [[hyperclone, zero_block]]\nresources: {gpu: 1}\n"
-MEMBERS = [f"results/tiny/models/small/d16_L1/s0/m{i}" for i in (1, 2, 3, 4)]
-BASELINE = "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0"
+OVERLAY = ("n: [6]\nmethods: [[hyperclone, zero_block]]\nresources: {gpu: 1}\n"
+           "train: {small: {tokens: 400000}, large: {tokens: 400000}, checkpoint_every: 100000}\n")
+MEMBERS = [f"results/tiny/models/small/d16_L1/s0/m{i}" for i in range(1, 7)]
+BASELINE = "results/tiny/models/baseline/d32_L2/t400000_lr0.003/s0"
+DEVICES = [str(i) for i in range(8)]
 TIMING = {"wall_s", "tokens_per_s", "peak_mem_mb", "compile_s", "mfu"}
 
 
@@ -34,7 +39,7 @@ def fresh_copy(tiny_run: Path, dest: Path) -> Path:
     shutil.copytree(tiny_run, dest, symlinks=True)
     for made in ("models", "checkpoints", "eval", "report", "profile"):
         shutil.rmtree(dest / "results" / "tiny" / made, ignore_errors=True)
-    (dest / "four.yaml").write_text(OVERLAY)
+    (dest / "eight.yaml").write_text(OVERLAY)
     return dest
 
 
@@ -67,45 +72,43 @@ def ledger(folder: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in TIMING} for row in csv.DictReader(open(folder / "ledger.csv"))]
 
 
-def test_members_train_side_by_side_on_their_own_devices(tiny_run, tmp_path, monkeypatch):
+def test_eight_gpus_inside_an_allocation_all_busy_each_job_on_its_own(tiny_run, tmp_path, monkeypatch):
     targets = [f"{m}/model.safetensors" for m in [*MEMBERS, BASELINE]]
     # one job at a time, no GPUs: the reference numbers
     seq = fresh_copy(tiny_run, tmp_path / "one_at_a_time")
     monkeypatch.setenv("GROWLM_GPUS", "")
-    run_snakemake(seq, *targets, "--cores", "1", "--configfile", str(TINY), "four.yaml")
-    # four fake GPUs: four members at once, M_0 on two
-    wd = fresh_copy(tiny_run, tmp_path / "four_gpus")
-    monkeypatch.setenv("GROWLM_GPUS", "0,1,2,3")
+    run_snakemake(seq, *targets, "--cores", "1", "--configfile", str(TINY), "eight.yaml")
+    # eight fake GPUs of a SLURM allocation: six members at once, M_0 on two
+    wd = fresh_copy(tiny_run, tmp_path / "eight_gpus")
+    monkeypatch.delenv("GROWLM_GPUS")
+    monkeypatch.setenv("SLURM_JOB_ID", "99")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(DEVICES))
     monkeypatch.setenv("GROWLM_GPU_LOCKS", str(tmp_path / "locks"))
-    proc = run_snakemake(wd, *targets, "--cores", "4", "--set-resources", "train_baseline:gpu=2",
-                         "--configfile", str(TINY), "four.yaml")
+    proc = run_snakemake(wd, *targets, "--cores", "8", "--set-resources", "train_baseline:gpu=2",
+                         "--configfile", str(TINY), "eight.yaml")
     output = proc.stdout + proc.stderr
-    assert re.search(r"Provided resources: .*gpu=\D*4", output), output[-3000:]  # counted by the Snakefile
+    assert re.search(r"Provided resources: .*gpu=\D*8", output), output[-3000:]  # counted by the Snakefile
 
     where = {}
     for folder in [*MEMBERS, BASELINE]:
         meta = json.loads((wd / folder / "growlm.json").read_text())
         (rank,) = meta["where"]["ranks"]
         where[folder] = rank["visible_devices"]
-    members = [where[m] for m in MEMBERS]
-    assert sorted(members) == ["0", "1", "2", "3"], where  # a device each
-    assert len(where[BASELINE].split(",")) == 2, where
+    held = [d for folder in [*MEMBERS, BASELINE] for d in where[folder].split(",")]
+    assert sorted(held) == DEVICES, where  # a device each, M_0 two: every device, none twice
 
     jobs = intervals(output)
-    small = {f"results/tiny/models/small/d16_L1/s0/m{j['wildcards']['member']}": j for j in jobs
-             if j["rule"] == "train_small"}
-    (base,) = [j for j in jobs if j["rule"] == "train_baseline"]
-    assert sorted(small) == MEMBERS, jobs
-    assert max(j["start"] for j in small.values()) < min(j["end"] for j in small.values()), jobs  # all four at once
-    # M_0's devices: none held by a member still running when M_0 claimed them. Snakemake's own "[date]" lines
-    # cannot tell (it reports a job finished some time after its process, which held the devices, ended), so
-    # the jobs' logs do: a member that logged a line in a later second than M_0's first was running then
-    log = (wd / "results/tiny/logs/train_baseline/d32_L2_t24000_lr0.003_s0.log").read_text()
-    assert f"GPUs {where[BASELINE]} of 0,1,2,3 claimed for this job" in log
-    claimed = log_seconds(log)[0]  # M_0 claimed its devices before its first timed line
-    running = {where[m] for m in MEMBERS
-               if log_seconds((wd / f"results/tiny/logs/train_small/d16_L1_s0_m{m[-1]}.log").read_text())[-1] > claimed}
-    assert not set(where[BASELINE].split(",")) & running, (where, running)
+    small = [j for j in jobs if j["rule"] == "train_small"]
+    assert len(small) == 6, jobs
+    # all eight devices held at one moment: every job claimed its devices before its first timed line and
+    # held them past its last one, so a second after the latest first line that is not after the earliest
+    # last line, all of them were held
+    logs = [wd / f"results/tiny/logs/train_small/d16_L1_s0_m{i}.log" for i in range(1, 7)]
+    logs.append(wd / "results/tiny/logs/train_baseline/d32_L2_t400000_lr0.003_s0.log")
+    spans = [log_seconds(log.read_text()) for log in logs]
+    assert max(s[0] for s in spans) + 1 <= min(s[-1] for s in spans), spans
+    log = logs[-1].read_text()
+    assert f"GPUs {where[BASELINE]} of {','.join(DEVICES)} claimed for this job" in log
 
     for folder in [*MEMBERS, BASELINE]:  # the numbers of the run one job at a time
         assert ledger(wd / folder) == ledger(seq / folder), folder

@@ -3,13 +3,22 @@
 
 import os
 
-from growlm.gpus import SLOTS_ENV, machine_gpus, slots_per_gpu
+from growlm import launch
+from growlm.gpus import SLOTS_ENV, machine_gpus, pool_problem, slots_per_gpu
 
-# A local run shares this machine's GPUs among its jobs: a job that asks for GPUs (its `gpu` resource)
-# claims devices of its own when it starts (growlm.gpus), and Snakemake runs at most as many GPU jobs at
-# once as the machine has GPUs (k per GPU with resources.gpu_share 1/k). `--resources gpu=N` on the
-# command line or in a profile sets another count. Under SLURM the scheduler places the GPUs instead.
-os.environ[SLOTS_ENV] = str(slots_per_gpu(config["resources"]["gpu_share"]))  # the jobs inherit it
+# A local run shares this machine's GPUs among its jobs, also inside a SLURM allocation: a job that asks
+# for GPUs (its `gpu` resource) claims devices of its own when it starts (growlm.gpus), and Snakemake runs
+# at most as many GPU jobs at once as the machine has GPUs (k per GPU with resources.gpu_share the number
+# 1/k, 0.5 for two). `--resources gpu=N` on the command line or in a profile sets another count. A job the SLURM
+# executor submits has the GPUs the scheduler gave it. What the jobs inherit: growlm.launch.run_environment.
+os.environ[SLOTS_ENV] = str(slots_per_gpu(config["resources"]["gpu_share"]))
+for _name, _value in launch.run_environment(EXECUTOR, MAIN_PROCESS).items():
+    if _value is None:
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _value
+if MAIN_PROCESS and EXECUTOR == "local" and pool_problem():  # a device twice, or no device id: before any job
+    raise WorkflowError(f"config error: {pool_problem()}")
 MACHINE_GPUS = machine_gpus() if MAIN_PROCESS and EXECUTOR == "local" else []
 if MACHINE_GPUS and "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", len(MACHINE_GPUS) * slots_per_gpu(config["resources"]["gpu_share"]))
@@ -61,12 +70,22 @@ def node_cpus():
 
 
 def gpus_per_node(resources):
-    """The GPUs a training job has on each of its nodes: the count in its `gres` (gpu:G, per node) where it
-    has one, else its `gpu` resource."""
-    gres = str(resources.get("gres", "") or "")
-    if gres.startswith("gpu"):
-        return int(gres.rsplit(":", 1)[1]) if gres.count(":") else 1
-    return int(resources.get("gpu", 0) or 0)
+    """The GPUs a training job has on each of its nodes (growlm.launch.gpus_per_node: its `gres`, else `gpu`)."""
+    return launch.gpus_per_node(resources)
+
+
+def check_resources():
+    """Every rule's resources as Snakemake resolved them (the config's, a profile's, --set-resources), checked
+    before the first job and in a dry run (growlm.launch.resource_problems); the Snakefile calls it once its
+    rules are defined."""
+    rules = {
+        r.name: {k: str(v._value) if isinstance(v._value, str) else v.raw for k, v in r.resources.items()}
+        for r in workflow.rules
+    }
+    problems = launch.resource_problems(rules, EXECUTOR)
+    if MAIN_PROCESS and problems:
+        many = f"{len(problems)} problems:\n  - " if len(problems) > 1 else ""
+        raise WorkflowError("resources error: " + many + "\n  - ".join(problems))
 
 
 def evaluation_resources():

@@ -5,14 +5,14 @@ import torch
 
 from growlm.errors import job_log
 from growlm.jobs.train import cooldown
+from growlm.launch import job_devices
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-gpus = getattr(sm.resources, "gpu", 0)  # this job's own devices on a local machine (growlm.gpus)
 files = dict(train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,
              memory_limit_gb=sm.params.memory_limit_gb)
 how = dict(sm.params.how)  # gpus, nodes, cpus_per_task: the launch; the rest: how the steps run
 launch = {k: how.pop(k) for k in ("gpus", "nodes", "cpus_per_task")}
-with job_log(sm.log[0], sm.rule, gpus=gpus):
+with job_log(sm.log[0], sm.rule), job_devices(sm.resources, sm.rule):
     torch.set_num_threads(sm.threads)
     if sm.rule == "cooldown_refine":
         start = dict(train=sm.params.train, grown_dir=Path(sm.input.grown).parent, ramps=sm.params.ramps,

@@ -4,12 +4,13 @@ from pathlib import Path
 import torch
 
 from growlm.errors import job_log
+from growlm.launch import job_devices
 from growlm.jobs.grow import grow, grow_schedule
 from growlm.growth import load_plugins
 from growlm.methods import is_schedule
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule, gpus=getattr(sm.resources, "gpu", 0)):
+with job_log(sm.log[0], sm.rule), job_devices(sm.resources, sm.rule):
     torch.set_num_threads(sm.threads)
     p, wc = sm.params.grow, sm.wildcards
     out_dir, tokenizer_dir = Path(sm.output[0]).parent, Path(sm.input.tokenizer).parent

@@ -2,10 +2,11 @@
 from pathlib import Path
 
 from growlm.errors import job_log
+from growlm.launch import job_devices
 from growlm.jobs.profile import profile
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-with job_log(sm.log[0], sm.rule, gpus=getattr(sm.resources, "gpu", 0)):
+with job_log(sm.log[0], sm.rule), job_devices(sm.resources, sm.rule):
     p = sm.params.profile
     profile(tool=sm.wildcards.tool, kind=sm.wildcards.kind, train=p["train"], model=p["model"],
             tokens_file=sm.input.tokens, tokenizer_dir=Path(sm.input.tokenizer).parent,

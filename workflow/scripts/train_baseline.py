@@ -4,12 +4,12 @@ from pathlib import Path
 import torch
 
 from growlm.errors import job_log
+from growlm.launch import job_devices
 from growlm.jobs.train import live_curves
 from growlm.jobs.train import train_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-gpus = getattr(sm.resources, "gpu", 0)  # this job's own devices on a local machine (growlm.gpus)
-with job_log(sm.log[0], sm.rule, gpus=gpus), live_curves(sm.params.live):  # train.log_to
+with job_log(sm.log[0], sm.rule), job_devices(sm.resources, sm.rule), live_curves(sm.params.live):  # train.log_to
     torch.set_num_threads(sm.threads)
     train_model(train=sm.params.train, model=sm.params.model, init_seed=int(sm.wildcards.seed), role="baseline M_0",
                 train_file=sm.input.train, val_file=sm.input.val, tokenizer_dir=Path(sm.input.tokenizer).parent,

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from growlm.errors import GrowlmError
 from growlm.families import family_of
-from growlm.launch import interfaces
+from growlm.launch import free_port, interfaces
 from growlm.model import save_model
 
 
@@ -38,7 +38,7 @@ def init_process_group(device: str | None = None) -> tuple[int, int, str]:
     if not dist.is_initialized():
         if "RANK" not in os.environ:  # a world of one (FSDP2 offload on a single GPU, tests)
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+            os.environ.setdefault("MASTER_PORT", str(free_port("127.0.0.1")))
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=30))
     return dist.get_rank(), dist.get_world_size(), device
@@ -61,12 +61,6 @@ def ranks_where(device: str) -> dict:
         dist.all_gather_object(ranks, mine)
     nodes = list(dict.fromkeys(r["node"] for r in ranks))
     return {"world": len(ranks), "nodes": nodes, "ranks": ranks}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def is_rank0() -> bool:

@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from growlm import gpus as machine_gpus, hints
+from growlm import hints
 
 
 class GrowlmError(Exception):
@@ -95,15 +95,47 @@ def package_env(env: dict | None = None) -> dict:
     return out
 
 
-def stop_with_parent() -> None:
+PARENT_ENV = "GROWLM_PARENT_PID"  # the process whose death must stop this one (set by whoever starts it)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state, past the command's name
+
+
+def stop_with_parent(parent: int | None = None, say=None) -> None:
     """Linux: have this process get SIGTERM when its parent dies (a job whose Snakemake was killed
-    stops instead of running on as an orphan; a training job then writes a checkpoint first).
-    Elsewhere, or if the call is refused, nothing happens."""
+    stops instead of running on as an orphan; a training job then writes a checkpoint first), and stop
+    at once if the process that started it is gone already. That one is `parent`, else $GROWLM_PARENT_PID
+    (the Snakefile of a local run names itself there for its jobs, `growlm.launch` the job for the
+    processes it starts): a job whose Snakemake was killed while the job was still importing torch would
+    otherwise set the signal for its new parent, which never dies, and train to the end unseen. The
+    check follows the chain of parents, so a shell between the two (a conda environment's) is no
+    stop; `say` tells why it stops (default: on stderr). Elsewhere, or if the call is refused, nothing
+    happens."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
+    if parent is None:
+        parent = int(os.environ.get(PARENT_ENV) or 0) or None
+    if parent is None or parent == os.getpid() or not Path("/proc/self").exists():
+        return
+    pid, seen = os.getppid(), 0
+    while pid and pid > 1 and seen < 64:  # after the signal is set: a parent dying from here on sends it
+        if pid == parent:
+            return
+        pid, seen = _parent_of(pid), seen + 1
+    line = f"the process that started this one (pid {parent}) is gone; stopping before any work"
+    if say is None:
+        os.write(2, f"growlm: {line}\n".encode())
+    else:
+        say(line)
+    os._exit(1)
 
 
 def disk_full(err: BaseException) -> str | None:
@@ -148,28 +180,23 @@ def library_problem() -> str | None:
 
 
 @contextlib.contextmanager
-def job_log(log_file: str | Path, stage: str, *, gpus: int = 0):
+def job_log(log_file: str | Path, stage: str):
     """Send stdout and stderr to the job's log (its first line says which copy of the library runs);
     a GrowlmError becomes one line (in the log and on the terminal) and exit status 1, with no
     traceback. A job that runs another copy of growlm than its workflow's stops at once, naming both
-    (`library_problem`). The job stops when the Snakemake that started it dies (`stop_with_parent`).
-    `gpus`: the GPUs the job's rule asks for (its `gpu` resource), claimed for it on this machine before
-    anything touches CUDA (`growlm.gpus.claim`: CUDA_VISIBLE_DEVICES names them) and held until it ends."""
-    stop_with_parent()
+    (`library_problem`). The job stops when the Snakemake that started it dies, or at once if it is gone
+    already (`stop_with_parent`). A job's GPUs are claimed inside it (`growlm.launch.job_devices`), so
+    that what the claim says goes to the log too."""
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", buffering=1) as fh:
+        stop_with_parent(say=lambda line: print(f"growlm {stage}: {line}", file=fh, flush=True))
         print(f"growlm {stage}: library {Path(__file__).resolve().parent}", file=fh, flush=True)
         try:
             problem = library_problem()
             if problem:
                 raise GrowlmError(problem)
             with contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-                claimed = machine_gpus.claim(int(gpus or 0), who=f"rule {stage}",
-                                             log=lambda line: print(f"growlm {stage}: {line}", flush=True))
-                try:
-                    yield
-                finally:
-                    claimed.release()
+                yield
         except GrowlmError as err:
             msg = f"growlm {stage}: error: {err}"
             print(msg, file=fh, flush=True)

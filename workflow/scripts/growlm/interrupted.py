@@ -2,8 +2,10 @@
 
 Killing Snakemake (kill -9, a closed terminal, a lost login node) leaves its lock in
 `.snakemake/locks/`; the next run then stops with a LockException. Its jobs do not run on as
-orphans: every job stops when its Snakemake dies (`growlm.errors.stop_with_parent`), a training job
-after writing a checkpoint, and the workflow profile sets `rerun-incomplete`, so the job's
+orphans: every job stops when its Snakemake dies, a training job after writing a checkpoint, or at
+once if it finds its Snakemake gone when it starts (`growlm.errors.stop_with_parent`), and every
+process a job started ends before the job does (`growlm.launch`). The workflow profile sets
+`rerun-incomplete`, so the job's
 half-written outputs are simply made again, resuming from that checkpoint. What is left is the lock:
 `interrupted_run_notice`, called while the Snakefile is parsed (before Snakemake checks the lock),
 sees a lock that no running Snakemake holds and prints the one command that continues the run.
@@ -51,5 +53,6 @@ def interrupted_run_notice(workdir: str | Path, argv: list[str]) -> str | None:
     again = " ".join([prog, *map(shlex.quote, words)])
     unlock = " ".join([prog, *map(shlex.quote, [*words[:options], "--unlock", *words[options:]])])
     return ("growlm: a previous run in this folder was interrupted and left Snakemake's lock (no Snakemake is "
-            "running here now). Its jobs stopped at their last checkpoint; this command continues the run:\n"
+            "running here now). Its jobs stopped with it, a training job at a checkpoint if it had begun; this command "
+            "continues the run:\n"
             f"    {unlock} && {again}")  # the same folder, Snakefile and config: --unlock of this run

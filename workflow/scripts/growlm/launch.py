@@ -1,58 +1,306 @@
-"""Starting a training job's processes: torchrun on this machine, or one torchrun agent per node.
+"""How a job gets its devices and processes: the one place that says it; the rules, the entry scripts, the
+training jobs and the runner ask here.
 
-On one machine a job with several processes runs `python -m torch.distributed.run --standalone
---nproc_per_node=P -m growlm.torchrun JOB.json` (`standalone_command`). A job across N nodes
-(`resources.nodes` > 1) runs inside one SLURM allocation of N nodes, as torchtitan's multi-node
-script and most SLURM sites do it: the job's own process, on the allocation's first node, starts one
-task per node with srun, and each task runs one torchrun agent (`growlm.node_agent`) that starts the
-node's P processes; the agents meet at a c10d rendezvous on the first node (`node_command`):
+- **What a job asks for** (`gpus_per_node`, `job_gpus`, `run_options`): its rule's resources - `gpu`
+  GPUs on one node, or `nodes` nodes with `gres: gpu[:type]:G` GPUs on each and `cpus_per_task` CPUs -
+  and how many processes that makes on each node (`processes_for`). `resource_problems` checks the
+  resources of every rule (the config's and `--set-resources`) while the Snakefile is read, before the
+  first job and in a dry run too.
+- **Its devices** (`job_devices`): a job of a local run claims its own GPUs on this machine
+  (`growlm.gpus`), also inside a SLURM allocation; a job a cluster executor submitted has the ones the
+  scheduler gave it. `run_environment` is what the Snakefile exports to the run's jobs for that.
+- **Its processes** (`run_processes`): one (the job's own), torchrun on this machine
+  (`standalone_command`), or one torchrun agent per node of its SLURM allocation (`node_command`). Both
+  launches go through `growlm.node_agent`, which names itself to its workers so that they stop with it.
+
+Every process a job starts ends with the job and holds the job's devices until it has ended:
+- it inherits the open lock files of the job's GPUs (`pass_fds`) and gets SIGTERM when its parent dies,
+  and stops at once if that parent is gone before it could ask for the signal
+  (`growlm.errors.stop_with_parent`; torch's elastic agent starts its workers in sessions of their own
+  and does not pass them open files, so each worker asks for the signal itself);
+- the job becomes a subreaper (PR_SET_CHILD_SUBREAPER): a worker whose agent was killed becomes the
+  job's child, not init's, and the job waits for every such process (SIGTERM, then SIGKILL after a
+  grace time) before it returns - so the job's locks outlive them all;
+- a SIGTERM to the job (its Snakemake died, SLURM's time limit) goes on to the launch, and the job
+  waits for it to stop (a training process writes its checkpoint first).
+
+Across N nodes (`resources.nodes` > 1) the job runs inside one SLURM allocation of N nodes, as
+torchtitan's multi-node script and most SLURM sites do it: the job's own process, on the allocation's
+first node, starts one task per node with srun, and each task runs one torchrun agent; the agents meet
+at a c10d rendezvous on the first node:
 
     srun --nodes=N --ntasks=N --ntasks-per-node=1 --cpus-per-task=C --kill-on-bad-exit=1 [--gres=gpu:P]
          python -m growlm.node_agent --nnodes N --nproc-per-node P --endpoint ADDR:PORT --rdzv-id JOB JOB.json
 
-What each part guards against, as seen in the field:
-- the allocation is asked of SLURM itself (`slurm_allocation`: `scontrol show job`, `scontrol show
-  hostnames`, `scontrol show node`): the SLURM executor plugin's job step removes SLURM_JOB_NODELIST,
-  SLURM_NNODES and SLURM_CONF from the job's environment, and keeps only the job id;
-- the endpoint is the first node's address as SLURM reaches it (its NodeAddr), with a port that is free
-  on that node (the job's process runs there); an endpoint that resolves to this machine's loopback
-  while the allocation spans other hosts would make every node a world of its own that waits forever,
-  so it stops the job instead (`rendezvous_endpoint`);
-- the first node's agent hosts the rendezvous store, every other agent only connects to it (`is_host`
-  set explicitly, not guessed from host names);
-- `--cpus-per-task` is given: without it each task gets one CPU; `--kill-on-bad-exit=1` and torchrun's
-  `--max-restarts=0` end the whole job when one process fails, so the retried job resumes from its
-  last checkpoint instead of half a world waiting in a collective;
-- the environment goes with the tasks (srun's default `--export=ALL`), the network interface variables
-  included: GLOO_SOCKET_IFNAME names the interface gloo uses (by default it takes the one the host
-  name resolves to, often loopback), NCCL_SOCKET_IFNAME NCCL's.
+- the allocation is asked of SLURM itself (`slurm_allocation`): the SLURM executor plugin's job step
+  removes SLURM_JOB_NODELIST, SLURM_NNODES and SLURM_CONF from the job's environment;
+- the endpoint is the first node's address as SLURM has it (its NodeAddr), passed on as a name for the
+  other nodes to resolve, as torchtitan and Lightning do: on the first node Debian and Ubuntu map the
+  host's own name to 127.0.1.1, which says nothing of what the others reach. Only an address that is
+  loopback whatever resolves it (127.0.0.1, localhost) while the nodes are other hosts stops the job;
+- the port is one free on the first node a moment before; if something took it meanwhile, the first
+  node's agent says so (`--port-taken`) and the launch starts again on another port, up to
+  `RENDEZVOUS_TRIES` times, instead of spending the job's retry;
+- the first node's agent hosts the rendezvous store (`is_host`), the others connect to it;
+- `--cpus-per-task` is given (else each task gets one CPU); `--kill-on-bad-exit=1` and torchrun's
+  `--max-restarts=0` end the whole job when one process fails, so the retried job resumes from its last
+  checkpoint instead of half a world waiting in a collective;
+- the environment goes with the tasks (srun's `--export=ALL`), the network interface variables
+  included (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME).
 
-Rank 0 may be on any node: everything it writes (checkpoints, the ledger, job.json, the compile cache)
-is in the working folder, which the nodes share. Torch-free.
+Rank 0 may be on any node: everything it writes is in the working folder, which the nodes share.
+Torch-free (the Snakefile imports it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import ipaddress
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from growlm.errors import GrowlmError
+from growlm import gpus
+from growlm.console import log as job_log
+from growlm.errors import PARENT_ENV, GrowlmError, package_env, stop_with_parent
 
 INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+NPROC_ENV = "GROWLM_NPROC"  # processes per node whatever the GPUs (e.g. 2 gloo processes on a CPU, for tests)
+RENDEZVOUS_TRIES = 3
+PORT_TAKEN_EXIT = 75  # a node agent's exit status when the rendezvous port was taken (EX_TEMPFAIL)
+GRACE_S = 60.0  # how long a job waits for its launch's processes to stop after SIGTERM before SIGKILL
+
+# ----------------------------------------------------------------------------------------------
+# what a job asks for
+# ----------------------------------------------------------------------------------------------
 
 
-def standalone_command(nproc: int, module_args: list, *, python: str | None = None) -> list[str]:
-    """`python -m torch.distributed.run --standalone --nproc_per_node=N -m growlm.torchrun ARGS`
-    (the `torchrun` console script, invoked through the interpreter so that the environment's is used)."""
+def _get(resources, name: str, default=None):
+    if isinstance(resources, dict):
+        return resources.get(name, default)
+    return getattr(resources, name, default)
+
+
+def gpus_per_node(resources) -> int:
+    """The GPUs a job has on each of its nodes: the count in its `gres` (SLURM's `gpu[:type][:count]`, per
+    node; no count is one) where it has one, else its `gpu` resource."""
+    gres = str(_get(resources, "gres", "") or "").strip("'\"")  # quoted as given on the command line
+    if gres:
+        parts = gres.split(":")
+        if parts[0] != "gpu" or len(parts) > 3 or any(not p for p in parts):
+            raise GrowlmError(f"gres {gres!r}: growlm reads GPUs as gpu, gpu:COUNT or gpu:TYPE:COUNT (SLURM's form)")
+        count = parts[-1] if len(parts) > 1 and parts[-1].isdigit() else "1"
+        if len(parts) == 3 and not parts[2].isdigit():
+            raise GrowlmError(f"gres {gres!r}: the count after the type must be a number (gpu:TYPE:COUNT)")
+        return int(count)
+    return int(_get(resources, "gpu", 0) or 0)
+
+
+def job_gpus(resources) -> int:
+    """The GPUs a job claims on this machine: its `gpu` resource (a job across nodes has `gres` instead,
+    and SLURM places those)."""
+    return int(_get(resources, "gpu", 0) or 0)
+
+
+def resource_problems(rules: dict, executor: str | None) -> list[str]:
+    """What is wrong with the resources of the rules (`{rule: {name: value}}`, the values as Snakemake
+    resolved them: the config's, a profile's and `--set-resources`), each as one line: a count that is
+    no whole number or below its least, a `gres` growlm cannot read, nodes > 1 with an executor other
+    than SLURM (`executor`: Snakemake's, None when not known). Values that Snakemake computes per job
+    (functions) are checked by their job."""
+    problems = []
+    for rule, res in sorted(rules.items()):
+        for name, least in (("gpu", 0), ("nodes", 1), ("cpus_per_task", 0)):
+            value = res.get(name)
+            if value is None or callable(value):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                problems.append(f"rule {rule}: resources {name}={value!r}: a whole number of at least {least}")
+            elif name == "nodes" and value > 1 and executor not in (None, "slurm"):
+                problems.append(f"rule {rule}: resources nodes={value}: a job across several nodes runs through "
+                                f"SLURM (--profile profiles/slurm), and this run uses Snakemake's {executor} executor")
+        if isinstance(res.get("gres"), str):
+            try:
+                gpus_per_node(res)
+            except GrowlmError as err:
+                problems.append(f"rule {rule}: resources {err}")
+    return problems
+
+
+def processes_for(gpus_asked: int) -> int:
+    """Processes to start on each node: the GPUs a training job asks for there when that many are visible
+    (else one, saying so); $GROWLM_NPROC overrides."""
+    if os.environ.get(NPROC_ENV):
+        return int(os.environ[NPROC_ENV])
+    import torch  # here, not at the top: the Snakefile imports this module, and its parse loads no torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus_asked > 1 and have < gpus_asked:
+        job_log(f"{gpus_asked} GPUs asked for but {have} visible: training in one process")
+    return gpus_asked if gpus_asked > 1 and have >= gpus_asked else 1
+
+
+def run_options(gpus_asked: int, nodes: int, cpus_per_task: int) -> dict:
+    """`growlm.runner.run_job`'s keyword arguments for a job that asks for `gpus_asked` GPUs on each of
+    `nodes` nodes."""
+    return {"nproc": processes_for(gpus_asked), "nodes": int(nodes), "cpus_per_task": int(cpus_per_task),
+            "gpus_per_node": int(gpus_asked)}
+
+
+# ----------------------------------------------------------------------------------------------
+# its devices
+# ----------------------------------------------------------------------------------------------
+
+
+def run_environment(executor: str | None, main_process: bool) -> dict:
+    """What the Snakefile puts into the environment its jobs inherit: who places their GPUs (growlm in a
+    local run, inside a SLURM allocation too; the scheduler for a job a cluster executor submitted),
+    CUDA's device order (an index means what nvidia-smi shows), and, for a local run's jobs, the
+    Snakemake process whose death must stop them (None: remove it, as in a cluster job, whose parent is
+    SLURM's step daemon; a local run's own job steps leave their run's in place). A job step keeps who
+    places its GPUs as its run decided: inside a SLURM job the rule runs under a local Snakemake."""
+    local = executor in (None, "local")
+    out = dict(gpus.DEVICE_ORDER)
+    # the user's run decides; a job step (a SLURM job's Snakemake, and the local Snakemake it runs the rule
+    # with) keeps what its run decided
+    if main_process or gpus.PLACED_ENV not in os.environ:
+        out[gpus.PLACED_ENV] = "growlm" if local else "scheduler"
+    if not local or main_process:  # a local run's own job steps (Snakemake's subprocesses) keep their run's
+        out[PARENT_ENV] = str(os.getpid()) if local else None
+    return out
+
+
+@contextlib.contextmanager
+def job_devices(resources, stage: str):
+    """The job's GPUs on this machine, claimed before anything touches CUDA (`growlm.gpus.claim`:
+    CUDA_VISIBLE_DEVICES names them) and held until the job and every process it started have ended.
+    Enter it inside `growlm.errors.job_log`, so that what the claim says goes to the job's log."""
+    claimed = gpus.claim(job_gpus(resources), who=f"rule {stage}",
+                         log=lambda line: print(f"growlm {stage}: {line}", flush=True))
+    try:
+        yield claimed
+    finally:
+        claimed.release()
+
+
+# ----------------------------------------------------------------------------------------------
+# its processes
+# ----------------------------------------------------------------------------------------------
+
+
+def _subreaper() -> None:
+    """Linux: orphaned descendants of this process become its children (PR_SET_CHILD_SUBREAPER)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _children() -> list[int]:
+    """This process's child processes (Linux's /proc)."""
+    me, kids = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2:].split()[1]) == me:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def reap(grace_s: float = GRACE_S, log=print, *, keep: set[int] | frozenset = frozenset()) -> list[int]:
+    """Wait until this process has no child left but `keep`: SIGTERM to those still running, SIGKILL after
+    `grace_s`. Returns the ones it found (a launch's processes whose parent died before them)."""
+    found: list[int] = []
+    deadline = None
+    while kids := [k for k in _children() if k not in keep]:
+        new = [k for k in kids if k not in found]
+        found += new
+        for pid in new:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        if new and deadline is None:
+            deadline = time.monotonic() + grace_s
+            log(f"waiting for {len(kids)} process(es) of the launch whose parent died "
+                f"(pids {', '.join(map(str, kids))})")
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        if deadline is not None and time.monotonic() > deadline:
+            for pid in kids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    return found
+
+
+def start(cmd: list[str], *, env: dict | None = None, new_session: bool = False, **popen) -> subprocess.Popen:
+    """Start a process of this job (see the module docstring): it inherits the job's GPU locks, gets SIGTERM
+    when this process dies (or stops at once if this one is gone already), and this process becomes a
+    subreaper for it and everything it starts. `new_session`: in a session of its own (a profiler, so that a
+    timeout can end all it started); `popen`: the rest of subprocess.Popen's arguments."""
+    _subreaper()
+    me = os.getpid()
+    return subprocess.Popen([str(c) for c in cmd], env={**package_env(env), PARENT_ENV: str(me)},
+                            preexec_fn=lambda: stop_with_parent(me), pass_fds=gpus.held_fds(),
+                            start_new_session=new_session, **popen)
+
+
+@contextlib.contextmanager
+def stopping(proc: subprocess.Popen, *, log=print, grace_s: float = GRACE_S, group: bool = False):
+    """While the job waits for `proc` (started with `start`): a SIGTERM to the job goes on to it (to its
+    process group: `group`) and is remembered; when the block ends, the job waits for every process that
+    was left its child meanwhile (`reap`). Raises GrowlmError after a SIGTERM, once all have ended."""
+    stopped: list[int] = []
+    before = set(_children()) - {proc.pid}
+
+    def forward(signum, _frame):
+        stopped.append(signum)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, forward) if main else None
+    try:
+        yield
+    finally:
+        try:
+            proc.wait()
+            reap(grace_s, log, keep=before)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+    if stopped:
+        raise GrowlmError(f"stopped by SIGTERM; what it had started ended (exit {proc.returncode}); the job "
+                          "resumes from its last checkpoint when rerun")
+
+
+def run_processes(cmd: list[str], *, log=print, stdout=None, stderr=None, env: dict | None = None,
+                  grace_s: float = GRACE_S) -> int:
+    """Run a job's launch (`cmd`) as described in the module docstring, and return its exit status; a
+    SIGTERM to the job stops the launch first, then raises GrowlmError."""
+    proc = start(cmd, env=env, stdout=stdout, stderr=stderr)
+    with stopping(proc, log=log, grace_s=grace_s):
+        proc.wait()
+    return proc.returncode
+
+
+def standalone_command(nproc: int, job_file, *, python: str | None = None) -> list[str]:
+    """torchrun on this machine with `nproc` processes of `growlm.torchrun JOB.json`, through this
+    package's agent (`growlm.node_agent --standalone`)."""
     if nproc < 1:
         raise GrowlmError(f"nproc must be at least 1, got {nproc}")
-    return [python or sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "growlm.torchrun", *[str(a) for a in module_args]]
+    return [python or sys.executable, "-m", "growlm.node_agent", "--standalone", "--nproc-per-node", str(nproc),
+            str(job_file)]
 
 
 @dataclass
@@ -96,35 +344,39 @@ def slurm_allocation(job_id: str | None = None) -> Allocation:
     return Allocation(job_id, nodes, addresses)
 
 
-def _loopback(host: str) -> bool:
+def _loopback(address: str) -> bool:
+    """Whether `address` is loopback for whoever resolves it: a loopback IP or `localhost` (a host name is
+    not: what it resolves to on this node says nothing of what the other nodes reach)."""
+    if address.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
     try:
-        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-    except (OSError, ValueError):
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
         return False
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now (the rendezvous store binds it moments later)."""
+def free_port(host: str = "") -> int:
+    """A TCP port free on this machine now (whoever binds it does so moments later)."""
     with socket.socket() as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 def rendezvous_endpoint(alloc: Allocation, port: int | None = None) -> str:
     """`ADDR:PORT` of the c10d rendezvous: the first node's address with a free port (see the module
-    docstring). Raises when the address is a loopback one but the nodes are on different hosts."""
+    docstring). Raises when the address is loopback for every node while the nodes are other hosts."""
     first = alloc.addresses[0]
     if _loopback(first) and not all(_loopback(a) for a in alloc.addresses):
         raise GrowlmError(f"the first node of SLURM job {alloc.job_id}, {alloc.nodes[0]}, has the address {first}, "
-                          f"which resolves to loopback here, while its other nodes ({', '.join(alloc.nodes[1:])}) are "
-                          "other hosts: they could not reach the rendezvous. Give the node a routable NodeAddr in "
-                          "slurm.conf (or fix its name in /etc/hosts)")
+                          f"a loopback address, while its other nodes ({', '.join(alloc.nodes[1:])}) are other hosts: "
+                          "they could not reach the rendezvous. Give the node a routable NodeAddr in slurm.conf")
     return f"{first}:{port or free_port()}"
 
 
 def node_command(alloc: Allocation, *, nproc_per_node: int, cpus_per_task: int, gpus_per_node: int, job_file,
-                 endpoint: str, python: str | None = None) -> list[str]:
-    """srun with one task per node of `alloc`, each a torchrun agent (`growlm.node_agent`) for `job_file`."""
+                 endpoint: str, python: str | None = None, port_taken=None) -> list[str]:
+    """srun with one task per node of `alloc`, each a torchrun agent (`growlm.node_agent`) for `job_file`;
+    `port_taken`: the file the first node's agent writes when the rendezvous port was taken."""
     n = len(alloc.nodes)
     srun = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--jobid={alloc.job_id}"]
@@ -132,8 +384,47 @@ def node_command(alloc: Allocation, *, nproc_per_node: int, cpus_per_task: int, 
         srun.append(f"--cpus-per-task={cpus_per_task}")
     if gpus_per_node > 0:
         srun.append(f"--gres=gpu:{gpus_per_node}")
+    taken = ["--port-taken", str(port_taken)] if port_taken else []
     return [*srun, python or sys.executable, "-m", "growlm.node_agent", "--nnodes", str(n), "--nproc-per-node",
-            str(nproc_per_node), "--endpoint", endpoint, "--rdzv-id", f"growlm-{alloc.job_id}", str(job_file)]
+            str(nproc_per_node), "--endpoint", endpoint, "--rdzv-id", f"growlm-{alloc.job_id}", *taken, str(job_file)]
+
+
+def run_across_nodes(alloc: Allocation, *, job_file, work_dir, log=print, tries: int = RENDEZVOUS_TRIES,
+                     **how) -> int:
+    """Run the node agents of `alloc` (`node_command` with `how`), on a new rendezvous port when the first
+    node's agent found the last one taken (up to `tries` launches); returns the last launch's status."""
+    marker = Path(work_dir) / "rendezvous-port-taken"
+    rc = 1
+    for attempt in range(1, tries + 1):
+        marker.unlink(missing_ok=True)
+        endpoint = rendezvous_endpoint(alloc)
+        cmd = node_command(alloc, job_file=job_file, endpoint=endpoint, port_taken=marker, **how)
+        log(f"launching {len(alloc.nodes) * how['nproc_per_node']} processes on SLURM nodes {', '.join(alloc.nodes)}: "
+            f"{' '.join(cmd)}")
+        rc = run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
+        if rc == 0 or not marker.is_file():
+            return rc
+        log(f"the rendezvous port of {endpoint} was taken on {alloc.nodes[0]} before its agent could bind it "
+            f"({marker.read_text().strip()}); launching again on another port ({attempt} of {tries})")
+    return rc
+
+
+def _stream(stream):
+    """Where a child process writes what this process prints: the job's log while `growlm.errors.job_log`
+    redirects this process's output there (a child inherits file descriptors, not Python's redirection),
+    else the inherited one."""
+    try:
+        stream.flush()
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return stream
+
+
+def run_here(cmd: list[str], *, log=print, what: str = "torchrun") -> int:
+    """A launch on this machine (torchrun), its output in the job's log."""
+    log(f"launching {what}: {' '.join(cmd)}")
+    return run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
 
 
 def interfaces(environ: dict | None = None) -> dict:

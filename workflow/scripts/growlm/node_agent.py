@@ -1,51 +1,93 @@
-"""One node's part of a training job across nodes: a torchrun agent that starts the node's processes.
+"""The torchrun agent of a training job with several processes: on this machine, or on one node of several.
 
-    python -m growlm.node_agent --nnodes N --nproc-per-node P --endpoint ADDR:PORT --rdzv-id ID JOB.json
+    python -m growlm.node_agent --standalone --nproc-per-node P JOB.json
+    python -m growlm.node_agent --nnodes N --nproc-per-node P --endpoint ADDR:PORT --rdzv-id ID
+                                [--port-taken FILE] JOB.json
 
-`growlm.launch.node_command` starts one of these on every node of a SLURM allocation (srun, one
-task per node). Each is `torch.distributed.run` with a c10d rendezvous at ADDR:PORT, the first node's
-address: the agents meet there, agree on the world (N x P processes) and each starts its node's P
-processes of `growlm.torchrun JOB.json` - the same worker a one-machine launch runs.
+`growlm.launch` starts it: once on this machine (`standalone_command`), or on every node of a SLURM
+allocation (`node_command`: srun, one task per node). It is `torch.distributed.run` - standalone, or
+with a c10d rendezvous at ADDR:PORT, the first node's address, where the agents meet and agree on the
+world (N x P processes) - and each agent starts its node's P processes of `growlm.torchrun JOB.json`,
+the same worker either way.
+
+Two things torchrun leaves to its caller: the agent names itself in $GROWLM_PARENT_PID, so that every
+worker stops when the agent dies, or at once if it is gone already (torch starts its workers in
+sessions of their own, where nothing else would stop them; `growlm.errors.stop_with_parent`); and the
+first node's agent checks that the rendezvous port is still free before torchrun binds it: when it is
+not (another process took it since the job picked it), it writes FILE and exits with status 75, and
+the job launches again on another port (`growlm.launch.run_across_nodes`).
 
 The first node's agent hosts the rendezvous store and the others connect to it, said explicitly
 (`is_host`) rather than guessed from whether ADDR names this machine: where several nodes share an
-address (nodes on one host, or an address that every node takes for its own) a guess makes each node
-host a store of its own and wait for the others forever. Which node is the first comes from
-`--node-index`, by default srun's SLURM_NODEID. torchrun never restarts a failed world
-(`--max-restarts=0`): a failed job is retried by Snakemake or requeued by SLURM, and resumes from its
-last checkpoint.
+address a guess makes each node host a store of its own and wait for the others forever. Which node is
+the first comes from `--node-index`, by default srun's SLURM_NODEID. torchrun never restarts a failed
+world (`--max-restarts=0`): a failed job is retried by Snakemake or requeued by SLURM, and resumes from
+its last checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
+from pathlib import Path
 
 from torch.distributed.run import main as torchrun
 
+from growlm.errors import PARENT_ENV
+from growlm.launch import PORT_TAKEN_EXIT
 
-def torchrun_args(*, nnodes: int, nproc_per_node: int, endpoint: str, rdzv_id: str, node_index: int,
+
+def torchrun_args(*, nnodes: int, nproc_per_node: int, endpoint: str | None, rdzv_id: str | None, node_index: int,
                   job: str) -> list[str]:
-    """torch.distributed.run's arguments for this node's agent."""
+    """torch.distributed.run's arguments for this agent (`endpoint` None: standalone, on this machine)."""
+    if endpoint is None:
+        return ["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", "growlm.torchrun",
+                job]
     return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
             f"--rdzv-conf=is_host={'true' if node_index == 0 else 'false'}", "--max-restarts=0",
             "-m", "growlm.torchrun", job]
 
 
+def port_in_use(port: int) -> str | None:
+    """Why the rendezvous store could not listen on `port` here (as torch's store binds it), or None."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError as err:
+            return f"port {port}: {err.strerror or err}" if err.errno == errno.EADDRINUSE else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m growlm.node_agent", description=__doc__.split("\n\n")[0])
-    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--standalone", action="store_true", help="all processes on this machine")
+    p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--nproc-per-node", type=int, required=True)
-    p.add_argument("--endpoint", required=True, help="ADDR:PORT of the rendezvous, on the first node")
-    p.add_argument("--rdzv-id", required=True)
+    p.add_argument("--endpoint", help="ADDR:PORT of the rendezvous, on the first node")
+    p.add_argument("--rdzv-id")
     p.add_argument("--node-index", type=int, default=None, help="this node's place (default $SLURM_NODEID)")
+    p.add_argument("--port-taken", help="the file to write when the rendezvous port is taken (then exit 75)")
     p.add_argument("job", help="the training job as JSON (growlm.runner.TrainingJob.to_json)")
     args = p.parse_args(argv)
+    if not args.standalone and not (args.endpoint and args.rdzv_id):
+        p.error("--endpoint and --rdzv-id, or --standalone")
     index = args.node_index if args.node_index is not None else int(os.environ.get("SLURM_NODEID", "0"))
-    torchrun(torchrun_args(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node, endpoint=args.endpoint,
-                           rdzv_id=args.rdzv_id, node_index=index, job=args.job))
+    if args.endpoint and index == 0 and args.port_taken:
+        taken = port_in_use(int(args.endpoint.rsplit(":", 1)[1]))
+        if taken:
+            Path(args.port_taken).write_text(f"{socket.gethostname()}: {taken}\n")
+            print(f"growlm node agent: the rendezvous {taken}; the job launches again on another port",
+                  file=sys.stderr, flush=True)
+            return PORT_TAKEN_EXIT
+    os.environ[PARENT_ENV] = str(os.getpid())  # the workers stop with this agent
+    torchrun(torchrun_args(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+                           endpoint=None if args.standalone else args.endpoint, rdzv_id=args.rdzv_id,
+                           node_index=index, job=args.job))
     return 0
 
 

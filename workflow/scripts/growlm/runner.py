@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -39,9 +38,8 @@ import torch
 from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, ranks_where, save_full_model, wrap_model
-from growlm.errors import GrowlmError, digest, package_env, read_json, stop_with_parent
-from growlm.gpus import held_fds
-from growlm.launch import node_command, rendezvous_endpoint, slurm_allocation, standalone_command
+from growlm.errors import GrowlmError, digest, read_json
+from growlm.launch import run_across_nodes, run_here, slurm_allocation, standalone_command
 from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
@@ -320,31 +318,16 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     return summary
 
 
-def _stream(stream):
-    """Where a child process writes what this process prints: the job's log while `growlm.errors.job_log`
-    redirects this process's output there (a child inherits file descriptors, not Python's redirection),
-    else the inherited one."""
-    try:
-        stream.flush()
-        stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return None
-    return stream
-
-
-def _launch(job: TrainingJob, cmd: list[str], what: str, log) -> dict:
-    """Run the job's processes (`cmd`: torchrun, or srun of a node agent per node) and read the summary
-    rank 0 wrote. Their output goes to the job's log, as a one-process job's does; the job's claim on
-    this machine's GPUs goes with them (`growlm.gpus.held_fds`), and they stop when this job's process
-    dies (a SLURM job's srun passes that on to every node)."""
+def _launch(job: TrainingJob, run: Callable[[Path], int], what: str) -> dict:
+    """Run the job's processes (`run(JOB.json)`: `growlm.launch` starts torchrun, or srun of a node agent per
+    node) and read the summary rank 0 wrote. Their output goes to the job's log, as a one-process job's
+    does; they hold the job's GPUs and stop with it (`growlm.launch.run_processes`)."""
     ckpt = Path(job.ckpt_dir)
     job.summary_file = str(ckpt / "summary.json")
     (ckpt / "job.json").write_text(job.to_json())
-    log(f"launching {what}: {' '.join(cmd)}")
-    proc = subprocess.run(cmd, env=package_env(), preexec_fn=stop_with_parent, pass_fds=held_fds(),
-                          stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
-    if proc.returncode != 0:
-        raise GrowlmError(f"{what} failed (exit {proc.returncode}); the job resumes from {ckpt} when rerun")
+    rc = run(ckpt / "job.json")
+    if rc != 0:
+        raise GrowlmError(f"{what} failed (exit {rc}); the job resumes from {ckpt} when rerun")
     return json.loads(Path(job.summary_file).read_text())
 
 
@@ -378,12 +361,13 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
     if world > 1 and not job.start:
         raise GrowlmError("a model in memory trains in one process; save it and start from its folder")
     if alloc is not None:
-        cmd = node_command(alloc, nproc_per_node=nproc, cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
-                           job_file=ckpt / "job.json", endpoint=rendezvous_endpoint(alloc))
-        summary = _launch(job, cmd, f"{world} processes on SLURM nodes {', '.join(alloc.nodes)}", log)
+        summary = _launch(job, lambda f: run_across_nodes(alloc, job_file=f, work_dir=ckpt, log=log,
+                                                          nproc_per_node=nproc, cpus_per_task=cpus_per_task,
+                                                          gpus_per_node=gpus_per_node),
+                          f"{world} processes on SLURM nodes {', '.join(alloc.nodes)}")
     elif nproc > 1:
-        summary = _launch(job, standalone_command(nproc, [ckpt / "job.json"]), f"torchrun with {nproc} processes",
-                          log)
+        what = f"torchrun with {nproc} processes"
+        summary = _launch(job, lambda f: run_here(standalone_command(nproc, f), log=log, what=what), what)
     else:
         summary = execute(job, model=model, log=log)
     shutil.copy(plan_path, Path(job.out_dir) / "plan.json")

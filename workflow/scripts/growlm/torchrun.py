@@ -2,9 +2,11 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=N -m growlm.torchrun JOB.json
 
-(`growlm.runner.run_job` writes JOB.json - a `growlm.runner.TrainingJob` - and launches that command,
-`growlm.launch.standalone_command`; across nodes, `growlm.node_agent` on each node starts the
-processes.) Every process runs `growlm.runner.execute(job)`, the function a
+(`growlm.runner.run_job` writes JOB.json - a `growlm.runner.TrainingJob` - and launches it through
+`growlm.launch`, whose agent, `growlm.node_agent`, runs that on this machine or on each node.) A process
+first asks to stop when its agent dies, and stops at once if the agent is gone already
+(`growlm.errors.stop_with_parent`: torch starts it in a session of its own, where nothing else would
+stop it). Every process runs `growlm.runner.execute(job)`, the function a
 one-process job runs: it initialises the process group (NCCL on CUDA, gloo on the CPU), builds the
 same model or loads the same grown one, wraps it as the plan says (`growlm.distributed.wrap_model`)
 and trains it with `growlm.train.train`, which gives each process its rows of the same global batch.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from growlm.errors import user_errors
+from growlm.errors import stop_with_parent, user_errors
 from growlm.runner import TrainingJob, execute
 
 
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m growlm.torchrun", description=__doc__.split("\n\n")[0])
     p.add_argument("job", help="the training job as JSON (growlm.runner.TrainingJob.to_json)")
     args = p.parse_args(argv)
+    stop_with_parent()  # the agent that started it ($GROWLM_PARENT_PID)
     try:
         with user_errors("torchrun"):
             execute(TrainingJob.from_json(Path(args.job).read_text()))

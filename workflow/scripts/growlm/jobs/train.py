@@ -10,7 +10,6 @@ the cost).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from growlm.families import FAMILY, family_of
 from growlm.growth import load_grown, load_plugins
 from growlm.growth_record import Growth
 from growlm.hub import hub_file, unreachable
+from growlm.launch import run_options
 from growlm.model import load_model, save_model
 from growlm.optim_state import MEMBER_MOMENTS_FILE
 from growlm.family_specs import spec_for_model_type
@@ -36,23 +36,6 @@ from growlm.runner import TrainingJob, run_job
 from growlm.shape import ModelShape
 from growlm.tokenizer import vocab_size
 from growlm.train_config import TrainConfig
-
-
-def processes_for(gpus: int) -> int:
-    """Processes to launch: the GPUs a training job asks for (its `gpu` resource) when that many are
-    visible; GROWLM_NPROC overrides (e.g. 2 gloo processes on a CPU, for tests)."""
-    if os.environ.get("GROWLM_NPROC"):
-        return int(os.environ["GROWLM_NPROC"])
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus > 1 and have < gpus:
-        log(f"{gpus} GPUs asked for but {have} visible: training in one process")
-    return gpus if gpus > 1 and have >= gpus else 1
-
-
-def launch(gpus: int, nodes: int, cpus_per_task: int) -> dict:
-    """`run_job`'s keyword arguments for a job that asks for `gpus` GPUs on each of `nodes` nodes."""
-    return {"nproc": processes_for(gpus), "nodes": int(nodes), "cpus_per_task": int(cpus_per_task),
-            "gpus_per_node": int(gpus)}
 
 
 def live_curves(settings: dict | None, *, grown_dir=None):
@@ -90,7 +73,7 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     if init_from is not None:  # a branch of the members' shared trunk (members.trunk), in one process
         job.info["init_from"] = str(init_from)
         return run_job(job, model=branch_of(init_from, job.start["build"]))
-    return run_job(job, **launch(gpus, nodes, cpus_per_task))
+    return run_job(job, **run_options(gpus, nodes, cpus_per_task))
 
 
 def _model_job(*, train: dict, model: dict, init_seed: int, role: str, train_file, val_file, tokenizer_dir, out_dir,
@@ -213,7 +196,7 @@ def refine(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_d
                             refine_with=refine_with, gpu_share=gpu_share, compile=compile, compile_ramps=compile_ramps,
                             sync_every=sync_every)
     job.keep_at = branch_steps(job.cfg, branches)
-    return run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+    return run_job(job, **run_options(gpus, nodes, cpus_per_task), model=model)
 
 
 def refine_job(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, out_dir, ramps: dict | None = None,
@@ -270,7 +253,7 @@ def cooldown(*, kind: str, fraction: float, state_dir, out_dir, gpus: int = 0, n
     job.info.update(role=f"{job.info.get('role')} cooldown branch", branch={"fraction": float(fraction), "step": step})
     log(f"cooldown branch at {float(fraction):g} of the stable phase: step {step} of {full.steps}, decaying to step "
         f"{job.cfg.steps} ({job.cfg.wsd_decay:.0%} of {job.cfg.steps} steps, {job.cfg.wsd_shape})")
-    summary = run_job(job, **launch(gpus, nodes, cpus_per_task), model=model)
+    summary = run_job(job, **run_options(gpus, nodes, cpus_per_task), model=model)
     per_step = job.cfg.batch_size * job.cfg.context
     record = {"kind": kind, "fraction": float(fraction), "step": step, "of": full.steps, "steps": job.cfg.steps,
               "tokens": job.cfg.steps * per_step, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],

@@ -7,13 +7,15 @@ builds the model the workflow trains (a fresh small member, a fresh M_0, or the 
 start of its refinement) and runs `growlm.train.train` for warm-up + captured steps on the token
 file, in a throw-away checkpoint folder. TRAIN is the stage's training settings and MODEL the
 model settings (JSON text or a file: `growlm.experiment.train_settings` / `model_settings`).
-The training loop opens the profiler window itself (`growlm.profiling.ranges.session_from_env`).
+The training loop opens the profiler window itself (`growlm.profiling.ranges.session_from_env`). It
+stops when the profiler that started it dies; the profiling job waits for it (`growlm.launch`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from growlm.devices import choose_device
+from growlm.errors import stop_with_parent
 from growlm.growth import grow, load_grown
 from growlm.methods import OPERATORS, growth_names
 from growlm.model import build_model
@@ -66,6 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, required=True, help="warm-up + captured steps")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    stop_with_parent(os.getppid())  # SIGTERM when the profiler that started it dies (it may be a daemon of it)
     torch.set_num_threads(args.threads)
     cfg = TrainConfig.from_dict(_json_arg(args.train), device=choose_device())
     cfg = cfg.with_(tokens=args.steps * cfg.batch_size * cfg.context,
