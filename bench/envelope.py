@@ -271,7 +271,29 @@ def summarise(root: Path, budgets: list[int]) -> pd.DataFrame:
     table["small_flops_share"] = table["small_flops_share"] / table["m0_flops"]
     table = table.drop(columns="m0_flops")
     table.to_csv(OUT / "envelope_table.csv", index=False)
+    tuning(root, budgets).to_csv(OUT / "envelope_m0_tuning.csv", index=False)
     return table
+
+
+def tuning(root: Path, budgets: list[int]) -> pd.DataFrame:
+    """Every M_0 trained in the base folders: its budget, rate, weight decay, seed, final validation loss and
+    its branches' final losses (M_0's weight decay is chosen on seed 0's final loss)."""
+    from growlm.compare import final_val_loss
+
+    rows = []
+    for budget in budgets:
+        base = Runner(root, budget, 1).folder("base") / "results" / "models" / "baseline"
+        for model in sorted(base.glob("*/*/s*")):
+            if not (model / "ledger.csv").is_file():
+                continue
+            meta = json.loads((model / "growlm.json").read_text())["train"]["config"]
+            row = {"budget": budget, "lr": meta["lr"], "weight_decay": meta["weight_decay"],
+                   "seed": int(model.name[1:]), "final_val_loss": final_val_loss(model)}
+            for p in POINTS:
+                record = model / "branches" / f"b{p}" / "branch.json"
+                row[f"branch_{p}_loss"] = json.loads(record.read_text())["final_val_loss"] if record.is_file() else None
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def passes_point(root: Path, cores: int, choices: dict) -> None:
