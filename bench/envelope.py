@@ -234,6 +234,7 @@ def arm_rows(r: Runner, name: str, arm: dict, m0_wd: float, arm_wd: float, seeds
         row, _ = compare_one(combo, paths, m0_lr=optim(M0_LR, m0_wd), envelope_dirs={"m0": [m0], "m1": [m1]},
                              branches={"baseline": POINTS, "refine": POINTS}, token_files=tokens)
         row.pop("savings", None)
+        row["arm_kind"] = row.pop("arm")  # compare's own words for the arm ("grown from m_1 ...")
         out.append({"arm": name, **row, "m0_flops_share_of_cooldowns": row["cooldown_flops"] / row["m0_flops"]})
     return out
 
