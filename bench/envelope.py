@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -231,8 +232,13 @@ def arm_rows(r: Runner, name: str, arm: dict, m0_wd: float, arm_wd: float, seeds
         tokens = {"large": run / "results/tokens/level1/train.npy", "members": run / "results/tokens/level0/train.npy"}
         if (run / "results/tokens/level0+1/train.npy").is_file():
             tokens["large"] = run / "results/tokens/level0+1/train.npy"
-        row, _ = compare_one(combo, paths, m0_lr=optim(M0_LR, m0_wd), envelope_dirs={"m0": [m0], "m1": [m1]},
-                             branches={"baseline": POINTS, "refine": POINTS}, token_files=tokens)
+        here = os.getcwd()
+        os.chdir(run)  # the grow job's record names the members relative to the run's folder, as the workflow runs
+        try:
+            row, _ = compare_one(combo, paths, m0_lr=optim(M0_LR, m0_wd), envelope_dirs={"m0": [m0], "m1": [m1]},
+                                 branches={"baseline": POINTS, "refine": POINTS}, token_files=tokens)
+        finally:
+            os.chdir(here)
         row.pop("savings", None)
         row["arm_kind"] = row.pop("arm")  # compare's own words for the arm ("grown from m_1 ...")
         out.append({"arm": name, **row, "m0_flops_share_of_cooldowns": row["cooldown_flops"] / row["m0_flops"]})
