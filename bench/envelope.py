@@ -28,7 +28,7 @@ once):
    have seed 0 only, to fit the time).
 
 At 32 tokens per parameter the large models read level 1's training text 12.5 times. A last phase, `passes`, trains
-the large models on the training text of both levels (`levels.large: [0, 1]`) for 3.5 passes, seed 0: M_0 at weight
+the large models on the training text of both levels (`levels.large: [0, 1]`) for 3 passes, seed 0: M_0 at weight
 decays 0.1 and 0.3, `msg` and the best `members x%`.
 
 Rows come from growlm's own comparison (`growlm.compare.compare_one`, with every arm's cooldown branches): the table
