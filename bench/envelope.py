@@ -304,13 +304,13 @@ def tuning(root: Path, budgets: list[int]) -> pd.DataFrame:
 
 
 def passes_point(root: Path, cores: int, choices: dict) -> None:
-    """The large models on both levels' training text for 3.5 passes (seed 0): M_0 at weight decays 0.1 and 0.3,
+    """The large models on both levels' training text for 3 passes (seed 0): M_0 at weight decays 0.1 and 0.3,
     msg and the best `members x%`."""
     import numpy as np
 
     base = root / f"run_envelope_{BUDGETS['32']}_base" / "results" / "tokens"
     total = sum(np.load(base / f"level{lv}" / "train.npy", mmap_mode="r").size for lv in (0, 1))
-    budget = int(round(3.5 * total, -3))
+    budget = int(round(3 * total, -3))
     r = Runner(root, budget, cores)
     levels = {"levels": {"large": [0, 1], "evaluate": 1}}
     r.run("base", levels, m0_targets(r, 0.1, (0,)) + m0_targets(r, 0.3, (0,)), copy_of=None)
