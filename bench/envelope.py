@@ -262,6 +262,9 @@ def summarise(root: Path, budgets: list[int]) -> pd.DataFrame:
     seeds.to_csv(OUT / "envelope_seeds.csv", index=False)
     if seeds.empty:
         return seeds
+    for column in ("m0_passes", "members_passes"):  # absent where no member's record names its tokens
+        if column not in seeds:
+            seeds[column] = float("nan")
     g = seeds.groupby(["budget", "arm"], sort=False)
     table = g.agg(tokens_per_param=("tokens_per_param", "first"), m0_passes=("m0_passes", "first"),
                   members_passes=("members_passes", "first"), seeds=("seed", "nunique"),

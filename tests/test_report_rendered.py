@@ -63,7 +63,9 @@ def test_report_renders_with_the_comparison_and_plots(tiny_run, tmp_path):
     m0 = comparison["m0_final_val_loss"].iloc[0]
     assert "growlm: does growing pay?" in dom
     per_param = (f"({comparison['tokens_per_param'].iloc[0]:.3g} tokens per non-embedding parameter, "
-                 f"{comparison['tokens_per_param_total'].iloc[0]:.3g} per parameter)")
+                 f"{comparison['tokens_per_param_total'].iloc[0]:.3g} per parameter; "
+                 f"{comparison['m0_passes'].iloc[0]:.3g} passes over its training text, "
+                 f"the members {comparison['members_passes'].iloc[0]:.3g})")
     assert (f"M_0 (width 32, 2 layers) trained from scratch for 24,000 tokens {per_param} ends at validation loss "
             f"{m0:.3f}") in dom
     for _, row in comparison.iterrows():

@@ -437,7 +437,7 @@ HYPERCLONE = "results/tiny/models/refined/hyperclone+zero_block/d16_L1_to_d32_L2
 REL = 1e-4  # two processes reduce a global batch in another order than one (tests/test_distributed.py)
 
 
-def two_node_overlay(wd: Path, extra: str = "") -> Path:
+def two_node_overlay(wd: Path, train: str = "threads: 1") -> Path:
     """The tiny experiment's training jobs on both nodes (one task each, the fake GPU of each node), gloo
     pinned to the loopback interface (both nodes are this host)."""
     overlay = wd / "two_nodes.yaml"
@@ -446,7 +446,7 @@ def two_node_overlay(wd: Path, extra: str = "") -> Path:
         "controls: {single_member: false, ensemble: false}\n"
         "profile: {tools: []}\n"
         "resources: {gpu: 1, nodes: 2, cpus_per_gpu: 1, mem_mb: 900, runtime: 15}\n"
-        "train: {threads: 1}\n" + extra
+        f"train: {{{train}}}\n"  # one `train:` key: a key given twice is refused (growlm.config_files)
     )
     return overlay
 
@@ -535,7 +535,7 @@ def test_a_job_across_nodes_requeued_mid_run_resumes_to_the_same_numbers(cluster
     one process."""
     from conftest import TINY, run_snakemake
 
-    extra = "train: {threads: 1, checkpoint_every: 20, large: {tokens: 204800}}\n"  # 800 steps
+    extra = "threads: 1, checkpoint_every: 20, large: {tokens: 204800}"  # 800 steps
     wd = tiny_copy(tiny_run, tmp_path / "wf")
     overlay = two_node_overlay(wd, extra)
     target = f"{BASELINE.replace('t24000', 't204800')}/model.safetensors"
