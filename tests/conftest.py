@@ -76,6 +76,15 @@ def _no_controller_slurm_conf() -> Path:
 os.environ["SLURM_CONF"] = str(_no_controller_slurm_conf())
 
 
+def pytest_configure(config):
+    """GROWLM_TEST_COSTS=FOLDER records what each test starts, for the table of tests/README.md
+    (tests/suite_costs.py)."""
+    if os.environ.get("GROWLM_TEST_COSTS"):
+        from suite_costs import Recorder
+
+        config.pluginmanager.register(Recorder(os.environ["GROWLM_TEST_COSTS"]), "growlm-test-costs")
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Snakemake with the local executor (the cluster tests use tests/slurm_cluster.py)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_CONF": str(_no_controller_slurm_conf())}
