@@ -16,6 +16,15 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
 
+# One CPU thread for torch in every test process and in every process the tests start, unless a job sets its
+# own (a workflow job computes on train.threads, the tiny experiment's 1). The two pytest-xdist workers share
+# the machine's cores with the jobs their Snakemake runs start: torch's default of a thread per core in each
+# of them makes OpenMP threads wait on each other (measured on 2 cores: test_train, test_plan, test_moments,
+# test_vcycle and test_growth took 88 s on two workers at torch's default, 14 s on one thread each).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # imported before this file (a plugin): the variable came too late for it
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def learnable_tokens(vocab: int, n: int = 20000, seed: int = 0) -> np.ndarray:
     """A token stream a tiny model learns within a few dozen steps: 0, 1, ..., vocab-1 repeated, with
