@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +17,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
+
+# One CPU thread for torch in every test process and in every process the tests start, unless a job sets its
+# own (a workflow job computes on train.threads, the tiny experiment's 1). The two pytest-xdist workers share
+# the machine's cores with the jobs their Snakemake runs start: torch's default of a thread per core in each
+# of them makes OpenMP threads wait on each other (measured on 2 cores: test_train, test_plan, test_moments,
+# test_vcycle and test_growth took 88 s on two workers at torch's default, 14 s on one thread each).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # imported before this file (a plugin): the variable came too late for it
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def learnable_tokens(vocab: int, n: int = 20000, seed: int = 0) -> np.ndarray:
@@ -76,6 +87,15 @@ def _no_controller_slurm_conf() -> Path:
 os.environ["SLURM_CONF"] = str(_no_controller_slurm_conf())
 
 
+def pytest_configure(config):
+    """GROWLM_TEST_COSTS=FOLDER records what each test starts, for the table of tests/README.md
+    (tests/suite_costs.py)."""
+    if os.environ.get("GROWLM_TEST_COSTS"):
+        from suite_costs import Recorder
+
+        config.pluginmanager.register(Recorder(os.environ["GROWLM_TEST_COSTS"]), "growlm-test-costs")
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Snakemake with the local executor (the cluster tests use tests/slurm_cluster.py)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_CONF": str(_no_controller_slurm_conf())}
@@ -122,27 +142,110 @@ def workflow_dir(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
-    """One real run of the whole DAG on the tiny config, shared by the tests that inspect it (they
-    only read it). The tests run in pytest-xdist workers (a file per worker, `--dist loadfile`):
-    the first worker that needs the run makes it in the folder all workers share, under a file
-    lock; the others wait for it and reuse it."""
+@functools.cache
+def code_digest() -> str:
+    """sha256 of what a workflow run executes and reads besides its config files: the workflow (rules, scripts,
+    the library, schemas, the bundled corpus), the profiles, config/ and examples/."""
+    digest = hashlib.sha256()
+    for name in ("workflow", "profiles", "config", "examples"):
+        for path in sorted((REPO / name).rglob("*")):
+            if path.is_file() and not {"__pycache__", "results"} & set(path.parts):
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, files: dict[str, str] | None = None,
+                 start_from: Path | None = None, remove: tuple[str, ...] = ()) -> Path:
+    """A real run made once for the whole session and shared by every test that asks for the same one: a copy
+    of the workflow (or of the finished run `start_from`, less the paths `remove`), `files` written into it
+    (overlays), then each Snakemake command in turn (each must succeed; the output of command i is in
+    `run_output(folder, i)`).
+
+    It is keyed by what makes it: the commands, the files' text, the config files a command names, what it
+    starts from and the code (`code_digest`): two fixtures asking for the same run share one. The tests run
+    in pytest-xdist workers (a file per worker, `--dist loadfile`): the first worker that needs the run makes
+    it in the folder all workers share, under a file lock; the others wait for it and reuse it. A run that
+    failed is not tried again: every test that asks for it fails, naming the first failure. The tests only
+    read it; a test that changes it copies it first (`shutil.copytree(run, dest, symlinks=True)`: file dates
+    kept, so Snakemake plans in the copy what it would plan in the run)."""
     import fcntl
 
+    files = files or {}
+    key = hashlib.sha256(json.dumps([commands, files, str(start_from), code_digest()]).encode())
+    for word in (w for command in commands for w in command if w.endswith((".yaml", ".yml"))):
+        if Path(word).is_file():  # a config file outside the run's folder (tests/config/tiny.yaml)
+            key.update(Path(word).read_bytes())
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # .../pytest-N/popen-gwK -> .../pytest-N, the same for every worker
-    wd, done = shared / "tiny" / "wf", shared / "tiny" / "done"
-    with open(shared / "tiny.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    folder = shared / "runs" / f"{name}-{key.hexdigest()[:12]}"
+    wd, done, failed = folder / "wf", folder / "done", folder / "failed"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # the other worker is making it: wait (tests/suite_costs.py counts the wait)
+            if os.environ.get("GROWLM_TEST_COSTS"):
+                from suite_costs import note
+
+                note("waits")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(f"the shared run {name} failed in an earlier test:\n{failed.read_text()}")
         if not done.exists():
-            shutil.rmtree(wd.parent, ignore_errors=True)
-            copy_workflow(wd)
-            run_snakemake(wd, "--cores", "2", "--configfile", str(TINY))
-            run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report.html")
+            shutil.rmtree(wd, ignore_errors=True)
+            try:
+                if start_from is None:
+                    copy_workflow(wd)
+                else:
+                    shutil.copytree(start_from, wd, symlinks=True)
+                    for path in remove:
+                        shutil.rmtree(wd / path, ignore_errors=True)
+                for file, text in files.items():
+                    (wd / file).write_text(text)
+                for i, command in enumerate(commands):
+                    run_output(wd, i).write_text(run_snakemake(wd, *command).stdout)
+            except BaseException as err:
+                failed.write_text(f"{type(err).__name__}: {err}"[-20000:])
+                raise
             done.touch()
     return wd
+
+
+def run_output(run: Path, i: int) -> Path:
+    """The file that holds what command i of a shared run printed (finished_run)."""
+    return run.parent / f"command{i}.out"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One real run of the whole DAG on the tiny config and its report, shared by the tests that inspect it
+    (they only read it)."""
+    return finished_run(tmp_path_factory, "tiny", [["--cores", "2", "--configfile", str(TINY)],
+                        ["--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report.html"]])
+
+
+# The second experiment of `tiny2_run`: the tutorial's operator and refiner beside msg with teachers, the members
+# branching from one shared trunk, each on its own cluster of books; no profiling, no control arms.
+TINY2 = """\
+experiment: tiny2
+methods: [[merge, msg], [msg, teach], average_then_grow, [msg, smooth_labels]]
+members: {data: clusters, shards: 2, trunk: 0.5}
+grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}
+controls: {single_member: false, ensemble: false}
+profile: {tools: []}
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny2_run(tiny_run, tmp_path_factory) -> Path:
+    """The finished tiny run's folder with a second experiment, `tiny2` (other settings, TINY2), run to its
+    report beside it: the plugins and the shared trunk through the workflow (tests/test_combine.py), and two
+    experiments in one folder (tests/test_own_results.py). One run serves both."""
+    args = ["--configfile", str(TINY), "tiny2.yaml"]
+    return finished_run(tmp_path_factory, "tiny2", [["--cores", "2", *args],
+                        ["--cores", "1", *args, "--report", "results/tiny2/report.html"]],
+                        files={"tiny2.yaml": TINY2}, start_from=tiny_run)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, TINY, copy_workflow, learnable_tokens, run_snakemake
+from conftest import REPO, TINY, TINY2, copy_workflow, learnable_tokens, run_snakemake
 
 from growlm.errors import GrowlmError
 from growlm.flops import forward_flops_per_token, model_train_flops_per_token
@@ -428,21 +428,19 @@ def test_a_plugin_that_returns_the_wrong_width_in_a_chain_is_named_not_the_opera
 
 
 @pytest.mark.slow
-def test_plugins_and_a_shared_trunk_run_compared_and_costed_through_one_tiny_workflow(tmp_path):
-    """One tiny workflow, two subjects (one run, to keep the suite short):
+def test_plugins_and_a_shared_trunk_run_compared_and_costed_through_one_tiny_workflow(tiny2_run, tmp_path):
+    """One tiny workflow, two subjects (one run, to keep the suite short: the experiment tiny2 of
+    tests/conftest.py, made beside the tiny one):
 
     - the tutorial's operator and refiner beside msg with teachers: grown, refined, compared (members
-      counted) and reported like built-in methods; a broken plugin in the same folder stops the run before
-      any job, naming the file;
+      counted) and reported like built-in methods; a broken plugin stops the run before any job, naming
+      the file;
     - members.trunk: one trunk trained once on all of the members' text, each member branching from it on
       its own cluster of books; [merge, msg] aligns and averages the branches and grows them. The trunk is
       paid for once in the comparison, by every arm that uses the members."""
     wd = copy_workflow(tmp_path / "wf")  # with examples/
-    overlay = tmp_path / "plugin.yaml"
-    overlay.write_text("methods: [[merge, msg], [msg, teach], average_then_grow, [msg, smooth_labels]]\n"
-                       "members: {data: clusters, shards: 2, trunk: 0.5}\n"
-                       "grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}\n"
-                       "controls: {single_member: false, ensemble: false}\nprofile: {tools: []}\n")
+    overlay = wd / "tiny2.yaml"
+    overlay.write_text(TINY2)
     (wd / "examples" / "broken.py").write_text(
         "from growlm.growth import register_operator\n"
         "@register_operator('broken_op', axis='both', exact=False)\n"
@@ -453,34 +451,35 @@ def test_plugins_and_a_shared_trunk_run_compared_and_costed_through_one_tiny_wor
     proc = run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay), str(bad), check=False)
     assert proc.returncode != 0
     assert "examples/broken.py" in proc.stderr and "width 16 and depth 1, not 32 and 2" in proc.stderr
-    assert not (wd / "results" / "tiny" / "models").exists()  # nothing trained
+    assert not (wd / "results" / "tiny2" / "models").exists()  # nothing trained
 
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), str(overlay))
-    rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/tiny/eval/comparison.csv"))}
+    wd = tiny2_run  # the same overlay run to its end
+    rows = {r["method"]: r for r in csv.DictReader(open(wd / "results/tiny2/eval/comparison.csv"))}
     assert set(rows) == {"merge+msg", "msg+teach", "average_then_grow", "msg+smooth_labels"}
 
     # the plugins
     assert int(rows["average_then_grow"]["members_used"]) == 2 and int(rows["msg+teach"]["members_used"]) == 2
     assert float(rows["average_then_grow"]["small_flops"]) == float(rows["msg+teach"]["small_flops"]) > 0
-    growth = json.loads(next((wd / "results/tiny/models/grown/average_then_grow").rglob("growth.json")).read_text())
+    growth = json.loads(next((wd / "results/tiny2/models/grown/average_then_grow").rglob("growth.json")).read_text())
     assert growth["chain"] == ["average_then_grow"]
-    refined = json.loads(next((wd / "results/tiny/models/refined/msg+teach").rglob("growlm.json")).read_text())
+    refined = json.loads(next((wd / "results/tiny2/models/refined/msg+teach").rglob("growlm.json")).read_text())
     assert refined["train"]["teacher_flops"] > 0
     # the plugin refiner: loaded by the refine job from the plugin file its grow job recorded
-    smoothed = json.loads(next((wd / "results/tiny/models/refined/msg+smooth_labels").rglob("growlm.json")).read_text())
+    smoothed = json.loads(next((wd / "results/tiny2/models/refined/msg+smooth_labels").rglob("growlm.json"))
+                          .read_text())
     assert smoothed["refiners"]["smooth_labels"]["smoothing"] == 0.1 and smoothed["refiners"]["smooth_labels"][
         "smooth_steps"] > 0
 
     # the shared trunk
-    trunk = wd / "results/tiny/models/trunk/d16_L1/s0"
+    trunk = wd / "results/tiny2/models/trunk/d16_L1/s0"
     trunk_meta = json.loads((trunk / "growlm.json").read_text())
-    members = [json.loads((wd / f"results/tiny/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
-    assert all(m["init_from"] == "results/tiny/models/trunk/d16_L1/s0" for m in members)
+    members = [json.loads((wd / f"results/tiny2/models/small/d16_L1/s0/m{i}/growlm.json").read_text()) for i in (1, 2)]
+    assert all(m["init_from"] == "results/tiny2/models/trunk/d16_L1/s0" for m in members)
     assert [m["shard"]["index"] for m in members] == [0, 1]
     assert trunk_meta["train"]["tokens"] + members[0]["train"]["tokens"] <= 12000  # half the budget each
     # a branch starts where the trunk ended: its first evaluation is the trunk's last
     trunk_last = list(csv.DictReader(open(trunk / "ledger.csv")))[-1]["val_loss"]
-    first = list(csv.DictReader(open(wd / "results/tiny/models/small/d16_L1/s0/m1/ledger.csv")))[0]
+    first = list(csv.DictReader(open(wd / "results/tiny2/models/small/d16_L1/s0/m1/ledger.csv")))[0]
     assert first["step"] == "0" and first["val_loss"] == trunk_last
     assert int(rows["merge+msg"]["members_used"]) == 2
     for row in rows.values():  # the trunk once, then the branches the arm uses (msg alone: m_1)

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import TINY, copy_workflow, job_counts, run_snakemake
+from conftest import TINY, copy_workflow, finished_run, job_counts, run_output, run_snakemake
 
 WSD = """\
 train:
@@ -21,12 +21,14 @@ profile: {tools: []}
 
 
 @pytest.fixture(scope="module")
-def wsd_run(tmp_path_factory):
-    wd = copy_workflow(tmp_path_factory.mktemp("envelope") / "wf")
-    (wd / "wsd.yaml").write_text(WSD)
-    plan = run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml").stdout
-    run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "wsd.yaml")
-    return wd, plan
+def wsd_run(tiny_run, tmp_path_factory):
+    """The tiny experiment under wsd, in a copy of the finished tiny run less its models: its corpus, tokenizer
+    and token files are the tiny run's; every model is trained again. (The plan before the run, and the run.)"""
+    made = ("models", "checkpoints", "eval", "report", "profile", "live")
+    wd = finished_run(tmp_path_factory, "wsd", [["-n", "--configfile", str(TINY), "wsd.yaml"],
+                      ["--cores", "2", "--configfile", str(TINY), "wsd.yaml"]], files={"wsd.yaml": WSD},
+                      start_from=tiny_run, remove=tuple(f"results/tiny/{folder}" for folder in made))
+    return wd, run_output(wd, 0).read_text()
 
 
 def test_every_large_job_has_a_cooldown_per_point_and_a_finished_run_is_done(wsd_run):

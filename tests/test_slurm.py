@@ -389,16 +389,13 @@ def test_preemption_requeue_resumes_without_snakemake_retry(cluster, tmp_path):
 def test_tiny_growlm_workflow_through_the_slurm_profile(cluster, tiny_run, tmp_path):
     """The real workflow (tiny config, one member, one method, GPU jobs on the fake GPU) through
     profiles/slurm-local; the scheduler shows the training jobs with the resources they asked for.
-    The corpus, tokenizer and token files are those of the finished tiny run (a copy, its models
-    removed), so that the cluster runs the training, growth and evaluation jobs (the slow part here is
-    the plugin's status polling)."""
+    The corpus, tokenizer, token files and member m_1 are those of the finished tiny run (a copy, its
+    other models removed), so that the cluster runs M_0's training, the growth, the refinement and the
+    evaluation jobs (the slow part here is the plugin's status polling)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from conftest import TINY
 
-    wd = tmp_path / "wf"
-    shutil.copytree(tiny_run, wd, symlinks=True)
-    for made in ("models", "checkpoints", "eval", "report", "profile"):
-        shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
+    wd = tiny_copy(tiny_run, tmp_path / "wf")
     overlay = wd / "slurm_overlay.yaml"
     overlay.write_text(
         "methods: [[hyperclone, zero_block]]\n"
