@@ -554,7 +554,7 @@ def test_a_job_across_nodes_requeued_mid_run_resumes_to_the_same_numbers(cluster
     assert "JobState=COMPLETED" in shown and "Restarts=1" in shown, shown  # the same job, started again
 
     ref = tiny_copy(tiny_run, tmp_path / "ref")  # the same job without interruption, one process, no SLURM
-    (ref / "one.yaml").write_text(extra)
+    (ref / "one.yaml").write_text(f"train: {{{extra}}}\n")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     run_snakemake(ref, target, "--cores", "1", "--configfile", str(TINY), str(ref / "one.yaml"))
     same_curve(model, ref / Path(target).parent)
