@@ -14,6 +14,7 @@ from conftest import TINY, copy_workflow, finished_run, job_counts, run_output, 
 WSD = """\
 train:
   schedule: wsd
+  small: {schedule: cosine}  # the tiny run's members as they are: no member trains again
 methods: [msg]
 controls: {single_member: false, ensemble: false}
 profile: {tools: []}
@@ -22,9 +23,10 @@ profile: {tools: []}
 
 @pytest.fixture(scope="module")
 def wsd_run(tiny_run, tmp_path_factory):
-    """The tiny experiment under wsd, in a copy of the finished tiny run less its models: its corpus, tokenizer
-    and token files are the tiny run's; every model is trained again. (The plan before the run, and the run.)"""
-    made = ("models", "checkpoints", "eval", "report", "profile", "live")
+    """The tiny experiment's large jobs under wsd, in a copy of the finished tiny run less its large models: its
+    corpus, tokenizer, token files and members (still under the cosine) are the tiny run's; M_0 and the
+    refinement train again. (The plan before the run, and the run.)"""
+    made = ("models/baseline", "models/grown", "models/refined", "checkpoints", "report", "profile", "live")
     wd = finished_run(tmp_path_factory, "wsd", [["-n", "--configfile", str(TINY), "wsd.yaml"],
                       ["--cores", "2", "--configfile", str(TINY), "wsd.yaml"]], files={"wsd.yaml": WSD},
                       start_from=tiny_run, remove=tuple(f"results/tiny/{folder}" for folder in made))

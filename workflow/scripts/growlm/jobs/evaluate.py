@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-from growlm.compare import write_comparison
 from growlm.devices import choose_device
 from growlm.harness import run_task
 from growlm.console import log, warn
@@ -72,6 +71,8 @@ def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, 
     rest; `pretrained`: the members brought and their stated cost (growlm.compare.priced); `branches`: the
     points of the cooldown branches of M_0 ("baseline") and of the refinements ("refine"); `token_files`: the
     large arms' and the members' training tokens, whose passes the comparison states."""
+    from growlm.compare import write_comparison  # here: the evaluation jobs need no pandas
+
     write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
                      unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,
                      levels=levels, task_files=task_files, pretrained=pretrained, branches=branches,
