@@ -71,7 +71,7 @@ def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, 
     rest; `pretrained`: the members brought and their stated cost (growlm.compare.priced); `branches`: the
     points of the cooldown branches of M_0 ("baseline") and of the refinements ("refine"); `token_files`: the
     large arms' and the members' training tokens, whose passes the comparison states."""
-    from growlm.compare import write_comparison  # here: the evaluation jobs need no pandas
+    from growlm.compare import write_comparison  # here: keeps pandas out of the evaluation jobs
 
     write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
                      unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,

@@ -43,7 +43,7 @@ def live_curves(settings: dict | None, *, grown_dir=None):
     `grown_dir`), where the report's curves of M_1 start."""
     offset = 0.0
     if settings and settings.get("to") and grown_dir is not None:
-        from growlm.compare import growth_cost  # here: pandas only where live curves are asked for
+        from growlm.compare import growth_cost  # here: keeps pandas out of the training jobs without live curves
 
         cost = growth_cost(Growth.read(grown_dir), settings.get("pretrained"))  # members.cost, if any
         offset = (0.0 if cost["unknown"] else cost["small_flops"]) + cost["growth_flops"]  # unknown members: free
