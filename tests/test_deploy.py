@@ -33,7 +33,7 @@ def test_snakedeploy_deploys_a_workflow_that_runs(tmp_path):
     assert '"workflow/Snakefile"' in text
     snakefile.write_text(text.replace('"workflow/Snakefile"', f'"{src / "workflow" / "Snakefile"}"'))
     counts = job_counts(run_snakemake(dest, "-n", "--cores", "1", "--quiet", "rules").stdout)
-    assert counts["train_small"] == 2 and counts["refine"] == 3 and counts["prepare_source"] == 27
+    assert counts["train_small"] == 2 and counts["refine"] == 2 and counts["prepare_source"] == 27
     # a real job: the bundled books are found in the source, and the rule's script imports the
     # library that lies beside it, not an installed copy
     hide = tmp_path / "hide_installed"

@@ -86,7 +86,7 @@ def test_the_gpu_overlay_dry_runs_offline(workflow_dir):
                          "config/config.yaml", "config/gpu.yaml")
     counts = job_counts(proc.stdout)
     assert counts["train_small"] == 2 and counts["train_baseline"] == 1
-    assert counts["grow"] == counts["refine"] == 3  # msg, concat + zero_block, and its m_1-only control
+    assert counts["grow"] == counts["refine"] == 2  # msg and concat + zero_block (no m_1-only control)
     assert counts["profile"] == 6 and counts["prepare_source"] == 20  # TinyStories and the 19 readers
 
 

@@ -19,10 +19,10 @@ def test_default_config_dry_run(workflow_dir):
     counts = job_counts(out)
     assert counts["train_small"] == 2  # n = 2 members
     assert counts["train_baseline"] == 1
-    assert counts["grow"] == counts["refine"] == 3  # msg, concat, and concat's single-member control
+    assert counts["grow"] == counts["refine"] == 2  # msg and concat (controls.single_member is off)
     assert counts["build_level"] == 2  # levels 0 and 1
     assert counts["fit_tokenizer"] == 1
-    assert counts["evaluate_model"] == 6  # 2 members, M_0, the three M_1
+    assert counts["evaluate_model"] == 5  # 2 members, M_0, the two M_1
     assert counts["evaluate_ensemble"] == 1
 
 
@@ -31,7 +31,7 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
                         "d0=[32,64]", "d1=192", "methods=[msg,[concat,lemon]]").stdout
     counts = job_counts(out)
     assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
-    assert counts["grow"] == counts["refine"] == 2 * 2 * 3  # (d0, n) x (msg, concat+lemon, its control)
+    assert counts["grow"] == counts["refine"] == 2 * 2 * 2  # (d0, n) x (msg, concat+lemon)
     assert counts["train_baseline"] == 1
 
 
