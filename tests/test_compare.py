@@ -422,6 +422,28 @@ def test_the_cost_by_envelope_reads_the_branches_and_is_below_the_first_crossing
     assert len(savings) and (savings["ratio"] > 0).all() and savings["loss"].min() == pytest.approx(4.0)
 
 
+def test_m0s_envelope_can_reach_its_final_loss_before_its_end(tmp_path, monkeypatch):
+    """M_1's envelope FLOPs are never above its first crossing, but the ratio divides them by M_0's envelope
+    FLOPs to M_0's own final loss: where M_0's curve touched that loss before its last evaluation (a dip,
+    then an evaluation a little higher), that is less than M_0's FLOPs, and the envelope ratio can be above
+    the within-schedule one (seed 2 at 8 tokens per parameter in bench/RESULTS.md 15)."""
+    m0, m1 = {"0.002": [8, 6, 3.95, 4.0]}, {"0.002": [6, 5, 4.2, 3.9]}
+    combos, paths = make_experiment(tmp_path, m0, m1, seeds=(0,))
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    branch(tmp_path / "baseline/t1000_lr0.002/s0", "50", [5.5], left_at=1)  # ends above 4.0: no new crossing
+    branch(tmp_path / "refined/g/t1000_lr0.002/s0", "50", [4.6], left_at=1)
+    row = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                           unigram_train="x", unigram_test="y", vocab_size=8,
+                           branches={"baseline": ["50"], "refine": ["50"]}).iloc[0]
+    first_crossing = row["cost_ratio"] * row["m0_flops"]  # M_1's first crossing in its own run, members counted
+    assert row["m1_envelope_flops"] <= first_crossing
+    # M_0 reaches 4.0 between (100, 6) and (200, 3.95), read in log FLOPs: before its 300
+    assert row["m0_envelope_flops"] == pytest.approx(100 * 2 ** ((6 - 4.0) / (6 - 3.95)))
+    assert row["envelope_ratio"] == pytest.approx(row["m1_envelope_flops"] / row["m0_envelope_flops"])
+    assert row["envelope_ratio"] > row["cost_ratio"]
+
+
 def test_under_the_cosine_a_budget_sweep_makes_the_envelope(tmp_path, monkeypatch):
     """Each budget's run is one of an arm's runs: at the longer budget, M_1's shorter run (which ended, annealed,
     lower than its longer run was at the same FLOPs) makes M_1's envelope reach M_0's final loss sooner."""

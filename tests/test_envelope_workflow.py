@@ -75,8 +75,9 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
     results = wd / "results" / "tiny"
     row = pd.read_csv(results / "eval" / "comparison.csv").iloc[0]
     assert row["envelope_runs"] == "5+5"
-    assert row["envelope_ratio"] <= row["cost_ratio"] + 1e-12
-    assert row["envelope_ratio_small_free"] <= row["cost_ratio_small_free"] + 1e-12
+    # M_1's envelope is never above its first crossing (the ratios also differ in their divisor: M_0's
+    # envelope FLOPs to its final loss, tests/test_compare.py)
+    assert row["m1_envelope_flops"] <= row["cost_ratio"] * row["m0_flops"] * (1 + 1e-12)
     cooldowns = sum(json.loads(f.read_text())["cooldown_flops"]
                     for f in (results / "models").rglob("branch.json"))
     assert row["cooldown_flops"] == pytest.approx(cooldowns)
