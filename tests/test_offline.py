@@ -77,11 +77,21 @@ def test_a_hub_member_without_network_fails_at_once_naming_it(workflow_dir, tmp_
 
 
 @pytest.mark.slow
-def test_prepare_then_run_offline(workflow_dir, tmp_path):
+def test_prepare_then_run_offline(tiny_run, tmp_path):
     """Two Hub members in the cache, a benchmark task of documents in a folder: `prepare` (network cut)
-    imports the members and loads the task's documents, trains nothing; the experiment then runs to
-    the end with HF_HUB_OFFLINE set, and no job waited on the Hub."""
-    wd = workflow_dir
+    imports the members and loads the task's documents, trains nothing; the experiment then runs with
+    HF_HUB_OFFLINE set up to its comparison, and no job waited on the Hub.
+
+    In a copy of the shared tiny run that keeps only its corpus (bundled books: no job of it reads the Hub):
+    the offline run makes everything from the imported members on (the tokenizer from member 1, the token
+    files, M_0, the growth and refinement, every model's held-out metrics and its benchmark task through
+    lm-evaluation-harness, which reads the task's documents from the Hub's cache, and the comparison); not
+    the report's figures and tables, which read only the comparison's files."""
+    wd = tmp_path / "wf"
+    shutil.copytree(tiny_run, wd, symlinks=True)
+    for made in ("tokenizer", "tokens", "models", "checkpoints", "eval", "report", "profile", "live", "logs",
+                 "benchmarks"):
+        shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
     hf = tmp_path / "hf"
     for i, folder in enumerate(members(tmp_path / "mine", "gpt2")):
         into_hub_cache(hf, f"someone/tiny-member-{'ab'[i]}", folder)
@@ -93,8 +103,8 @@ def test_prepare_then_run_offline(workflow_dir, tmp_path):
         "task: hen_words\ndataset_path: json\ndataset_kwargs: {data_files: {test: " + str(task / "docs.jsonl") + "}}\n"
         "output_type: loglikelihood\ntest_split: test\ndoc_to_text: '{{context}}'\ndoc_to_target: '{{target}}'\n"
         "metric_list: [{metric: acc, aggregation: mean, higher_is_better: true}]\n")
-    (wd / "hub.yaml").write_text(
-        "experiment: offline\nmethods: [msg]\nmembers: {pretrained: [someone/tiny-member-a, someone/tiny-member-b]}\n"
+    (wd / "hub.yaml").write_text(  # the tiny experiment's own name: its corpus is the shared run's
+        "methods: [msg]\nmembers: {pretrained: [someone/tiny-member-a, someone/tiny-member-b]}\n"
         "evaluate: {tasks: [my_task/], task_limit: 4}\n" + FAST)
     args = ["--cores", "2", "--configfile", str(TINY), "hub.yaml"]
     env = {**CUT, "HF_HOME": str(hf)}
@@ -105,15 +115,17 @@ def test_prepare_then_run_offline(workflow_dir, tmp_path):
     assert "every job reads the Hub's local cache" in out  # said once, and the jobs were told
     assert out.count("rule import_member") == 2 and "rule fetch_task_data" in out
     assert "rule train_" not in out and "rule refine" not in out
-    record = json.loads((wd / "results/offline/tasks/data/my_task.json").read_text())
+    record = json.loads((wd / "results/tiny/tasks/data/my_task.json").read_text())
     assert record["tasks"] == {"hen_words": {"test": 4}}
 
-    proc, took = snakemake(wd, *args, env={**env, "HF_HUB_OFFLINE": "1"})
+    comparison = "results/tiny/eval/comparison.csv"
+    proc, took = snakemake(wd, comparison, *args, env={**env, "HF_HUB_OFFLINE": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "rule import_member" not in out  # prepared: nothing of the Hub is read again
-    assert (wd / "results/offline/eval/comparison.csv").is_file()
-    logs = "".join(p.read_text() for p in (wd / "results/offline/logs").rglob("*.log"))
+    assert "rule evaluate_tasks" in out and "rule member_tokenizer" in out  # the jobs that read the Hub's cache ran
+    assert (wd / comparison).is_file()
+    logs = "".join(p.read_text() for p in (wd / "results/tiny/logs").rglob("*.log"))
     assert "Retrying" not in logs and "huggingface.co" not in logs
 
 

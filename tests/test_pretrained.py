@@ -67,34 +67,49 @@ def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     assert ledger[0]["step"] == "0" and float(ledger[0]["val_loss"]) > 0
 
 
+def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
+    """A copy of the shared tiny run that keeps its corpus only (the bundled books, prepared): the tokenizer,
+    the token files and every model are made again from members brought to the tiny experiment."""
+    shutil.copytree(tiny_run, dest, symlinks=True)
+    for made in ("tokenizer", "tokens", "models", "checkpoints", "eval", "report", "profile", "live"):
+        shutil.rmtree(dest / "results" / "tiny" / made, ignore_errors=True)
+    return dest
+
+
 @pytest.mark.slow
-def test_the_workflow_grows_pretrained_members_of_both_families(workflow_dir):
+def test_the_workflow_grows_pretrained_members_of_both_families(tiny_run, tmp_path):
     """Llama members with unknown cost (the comparison reports the members-free ratio and says the cost
     is not counted), GPT-2 members with a stated cost (counted); in both, the corpus is encoded with the
-    members' tokenizer and M_0 and M_1 are of the members' family and vocabulary."""
-    wd = workflow_dir
-    llama_members = members(wd / "mine_llama", "llama")
-    gpt2_members = members(wd / "mine_gpt2", "gpt2", vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
-    (wd / "pre_llama.yaml").write_text(
-        f"experiment: pre_llama\nmethods: [msg]\nmembers: {{pretrained: {json.dumps(llama_members)}}}\n" + FAST)
-    (wd / "pre_gpt2.yaml").write_text(
-        f"experiment: pre_gpt2\nmethods: [[concat, zero_block]]\n"
-        f"members: {{pretrained: {json.dumps(gpt2_members)}, cost: {{tokens: 50000}}}}\n" + FAST)
+    members' tokenizer and M_0 and M_1 are of the members' family and vocabulary. Each family in a copy of
+    the shared tiny run less its tokenizer, tokens and models (its corpus kept): the Llama run goes up to the
+    report's first page (its words on the members' cost are checked), the GPT-2 one up to the comparison."""
+    experiment = "tiny"  # the shared run's: its corpus is reused
     for overlay, family, cls in (("pre_llama", "llama", LlamaForCausalLM), ("pre_gpt2", "gpt2", GPT2LMHeadModel)):
-        # the Llama run makes the report (its words on the members' cost are checked); the GPT-2 one stops at
-        # the comparison
-        targets = [] if family == "llama" else [f"results/{overlay}/eval/comparison.csv"]
-        run_snakemake(wd, *targets, "--cores", "2", "--configfile", str(TINY), f"{overlay}.yaml")
-        (row,) = rows(wd, overlay)
+        wd = members_in_tiny_copy(tiny_run, tmp_path / overlay)
+        if family == "llama":
+            mine = members(wd / "mine_llama", "llama")
+            (wd / "pre_llama.yaml").write_text(
+                f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
+        else:
+            mine = members(wd / "mine_gpt2", "gpt2", vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
+            (wd / "pre_gpt2.yaml").write_text(
+                f"methods: [[concat, zero_block]]\n"
+                f"members: {{pretrained: {json.dumps(mine)}, cost: {{tokens: 50000}}}}\n" + FAST)
+        target = "report/summary.rst" if family == "llama" else "eval/comparison.csv"
+        proc = run_snakemake(wd, f"results/{experiment}/{target}", "--cores", "2", "--configfile", str(TINY),
+                             f"{overlay}.yaml")
+        out = proc.stdout + proc.stderr
+        assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; corpus kept
+        (row,) = rows(wd, experiment)
         member_vocab = json.loads(Path(f"{wd}/mine_{family}/m1/config.json").read_text())["vocab_size"]
         for kind in ("baseline/d32_L2/t24000_lr0.003/s0", f"refined/{row['method']}/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
-            model = AutoModelForCausalLM.from_pretrained(wd / "results" / overlay / "models" / kind)
+            model = AutoModelForCausalLM.from_pretrained(wd / "results" / experiment / "models" / kind)
             assert type(model) is cls and model.config.vocab_size == member_vocab
-        tok = json.loads((wd / "results" / overlay / "tokenizer" / "tokenizer.json").read_text())
+        tok = json.loads((wd / "results" / experiment / "tokenizer" / "tokenizer.json").read_text())
         assert tok == json.loads(Path(f"{wd}/mine_{family}/m1/tokenizer.json").read_text())  # the members' own
-        assert not (wd / "results" / overlay / "models" / "small").exists()  # no member trained
+        assert not (wd / "results" / experiment / "models" / "small").exists()  # no member trained
         if family == "llama":
-            report = (wd / "results" / overlay / "report" / "summary.rst").read_text()
+            report = (wd / "results" / experiment / "report" / "summary.rst").read_text()
             assert row["members_cost"] == "unknown" and row["cost_ratio"] == "" and row["small_flops"] == ""
             assert float(row["cost_ratio_small_free"] or "nan") > 0 or row["reached"] == "False"
             assert "the members' own training cost is not counted" in report or "did not reach" in report
