@@ -96,6 +96,26 @@ def pytest_configure(config):
         config.pluginmanager.register(Recorder(os.environ["GROWLM_TEST_COSTS"]), "growlm-test-costs")
 
 
+# The test files that take longest, longest first (seconds of a whole run, tests/README.md). pytest-xdist
+# (`--dist loadfile --no-loadscope-reorder`, pyproject.toml) hands each worker a whole file at a time in the
+# collection order: the long files start early and the many short ones fill both workers' ends, instead of
+# the default order (by number of tests) that started the longest single-test files last. The SLURM file
+# first: it mostly waits on the scheduler, and the other worker's work runs beside it. A file not named
+# here keeps its place after these.
+LONGEST_FIRST = (
+    "test_slurm.py", "test_identity.py", "test_pretrained.py", "test_combine.py", "test_offline.py",
+    "test_workflow.py", "test_workflow_gpus.py", "test_gpu_recipe.py", "test_envelope_workflow.py",
+    "test_sources.py", "test_own_results.py", "test_tasks.py", "test_interrupt.py", "test_kill_resume.py",
+    "test_bench_smoke.py", "test_distributed.py", "test_readme.py", "test_reruns.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The collection in LONGEST_FIRST's order of files (a stable sort: tests keep their order in a file)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Snakemake with the local executor (the cluster tests use tests/slurm_cluster.py)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_CONF": str(_no_controller_slurm_conf())}
