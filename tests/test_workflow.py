@@ -354,7 +354,7 @@ def test_dry_run_over_every_registered_method(workflow_dir):
             chains.append(name)
     chains = sorted(set(chains)) + schedules()  # hyperclone and zero_block give the same chain
     out = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--config",
-                        f"methods=[{','.join(chains)}]", "L0=2", "L1=4").stdout
+                        f"methods=[{','.join(chains)}]", "L0=2", "L1=4", "controls={single_member: true}").stdout
     counts = job_counts(out)
     n_chains = len(chains) - len(schedules())
     assert n_chains == len(OPERATORS) - len(schedules()) - 1
