@@ -116,6 +116,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running (Linux's /proc; a zombie, ended but not yet reaped, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Snakemake with the local executor (the cluster tests use tests/slurm_cluster.py)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_CONF": str(_no_controller_slurm_conf())}

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import learnable_tokens
+from conftest import alive, learnable_tokens
 from growlm.memory.estimate import write_plan
 from growlm.memory.measure import make_plan
 from growlm.model import build_model, load_model
@@ -280,14 +280,6 @@ def _processes_with(text: str) -> dict[int, int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
 KILLED_JOB = r"""
 import os, sys
 from growlm.gpus import claim
@@ -342,7 +334,7 @@ def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_
                                  stdout=subprocess.PIPE, text=True)
         while not (said := other.stdout.readline()).startswith("GOT"):  # until the devices were released
             assert said, "the next job ended without its devices"
-        running = [w for w in workers if _alive(w)]
+        running = [w for w in workers if alive(w)]
         assert not running, f"workers {running} still ran when the next job got their devices"
         other.wait(timeout=30)
         job.wait(timeout=60)

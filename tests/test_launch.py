@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_snakemake
+from conftest import TINY, alive, run_snakemake
 from growlm import gpus, launch
 from growlm.errors import GrowlmError
 
@@ -107,14 +107,6 @@ print("RC", run_command([sys.argv[1], sys.executable, "-c", sys.argv[2]], timeou
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
 def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_has_ended(tmp_path):
     profiler = tmp_path / "profiler"
@@ -133,14 +125,14 @@ def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_
             text = (tmp_path / "workload.pid").read_text().strip() if (tmp_path / "workload.pid").is_file() else ""
             workload = int(text) if text else None
             time.sleep(0.1)
-        assert workload and _alive(workload)
+        assert workload and alive(workload)
         time.sleep(1)  # the workload is under way
         job.send_signal(signal.SIGTERM)  # what the job gets when its Snakemake dies
         other = subprocess.Popen([sys.executable, "-c", "from growlm.gpus import claim\n"
                                   "claim(1, who='next job', log=lambda line: None)\nprint('GOT', flush=True)"],
                                  env=env, stdout=subprocess.PIPE, text=True)
         assert other.stdout.readline().startswith("GOT")
-        assert not _alive(workload), "the next job got the device while the profiled workload still ran"
+        assert not alive(workload), "the next job got the device while the profiled workload still ran"
         other.wait(timeout=30)
         assert job.wait(timeout=30) != 0
     finally:
