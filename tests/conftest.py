@@ -116,6 +116,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+def copy_run(run: Path, dest: Path, remove=(), tiny: tuple[str, ...] = ()) -> Path:
+    """A copy of a finished run's folder (file dates kept: Snakemake plans in the copy what it would plan in
+    the run) less the paths `remove` (relative to the folder) and `tiny` (relative to results/tiny/)."""
+    shutil.copytree(run, dest, symlinks=True)
+    for path in [*remove, *(f"results/tiny/{p}" for p in tiny)]:
+        shutil.rmtree(dest / path, ignore_errors=True)
+    return dest
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is running (Linux's /proc; a zombie, ended but not yet reaped, is not)."""
     try:
@@ -227,9 +236,7 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
                 if start_from is None:
                     copy_workflow(wd)
                 else:
-                    shutil.copytree(start_from, wd, symlinks=True)
-                    for path in remove:
-                        shutil.rmtree(wd / path, ignore_errors=True)
+                    copy_run(start_from, wd, remove)
                 for file, text in files.items():
                     (wd / file).write_text(text)
                 for i, command in enumerate(commands):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
 
-from conftest import REPO, TINY, job_counts, run_snakemake
+from conftest import REPO, TINY, copy_run, job_counts, run_snakemake
 from growlm.model import build_model, save_model
 from growlm.tokenizer import fit_tokenizer
 
@@ -70,10 +70,8 @@ def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
 def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
     """A copy of the shared tiny run that keeps its corpus only (the bundled books, prepared): the tokenizer,
     the token files and every model are made again from members brought to the tiny experiment."""
-    shutil.copytree(tiny_run, dest, symlinks=True)
-    for made in ("tokenizer", "tokens", "models", "checkpoints", "eval", "report", "profile", "live"):
-        shutil.rmtree(dest / "results" / "tiny" / made, ignore_errors=True)
-    return dest
+    return copy_run(tiny_run, dest, tiny=("tokenizer", "tokens", "models", "checkpoints", "eval", "report",
+                                          "profile", "live"))
 
 
 @pytest.mark.slow

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -465,12 +464,10 @@ def same_curve(got: Path, want: Path) -> None:
 
 def tiny_copy(tiny_run: Path, wd: Path, remove=("baseline", "refined", "grown")) -> Path:
     """The tiny run's folder (corpus, tokenizer, members) without the models the test trains again."""
-    shutil.copytree(tiny_run, wd, symlinks=True)
-    for made in ("eval", "report", "profile", "checkpoints"):
-        shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
-    for kind in remove:
-        shutil.rmtree(wd / "results" / "tiny" / "models" / kind, ignore_errors=True)
-    return wd
+    from conftest import copy_run
+
+    return copy_run(tiny_run, wd, tiny=("eval", "report", "profile", "checkpoints",
+                                        *(f"models/{kind}" for kind in remove)))
 
 
 def test_m0_and_a_refinement_span_both_nodes_with_the_one_node_losses(cluster, tiny_run, tmp_path, monkeypatch):

@@ -16,13 +16,12 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_snakemake
+from conftest import TINY, copy_run, run_snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +35,7 @@ TIMING = {"wall_s", "tokens_per_s", "peak_mem_mb", "compile_s", "mfu"}
 
 def fresh_copy(tiny_run: Path, dest: Path) -> Path:
     """The tiny run's folder with its corpus, tokenizer and tokens, and no models."""
-    shutil.copytree(tiny_run, dest, symlinks=True)
-    for made in ("models", "checkpoints", "eval", "report", "profile"):
-        shutil.rmtree(dest / "results" / "tiny" / made, ignore_errors=True)
+    copy_run(tiny_run, dest, tiny=("models", "checkpoints", "eval", "report", "profile"))
     (dest / "eight.yaml").write_text(OVERLAY)
     return dest
 
