@@ -12,8 +12,8 @@ leaves the others their GPU:
 
 - `env`: the card, its driver, torch, CUDA, Python and the pinned packages' versions, the commit, and
   whether Nsight Compute works (`growlm.profiling.tools`): `env.csv`.
-- `mfu`: `bench/gpu.py` at the GPU recipe's shapes (d 768 and 1024, 12 layers, context 512, vocabulary
-  8192, head size 64, batch 64), torch.compile'd, beside the nanoGPT-style reference loop compiled the
+- `mfu`: `bench/gpu.py` at the GPU recipe's shapes (d 768, and 1024 with `--mfu-sizes 768,1024`; 12
+  layers, context 512, vocabulary 8192, head size 64, batch 64), torch.compile'd, beside the nanoGPT-style reference loop compiled the
   same way in the same process, with the bf16 matmul ceiling: `mfu/mfu_<mode>.csv`.
 - `refine`: `bench/refine_speed.py` at d 768 of the same shape: msg, concat and the V-cycle against M_0,
   eager, compiled with the ramps eager and with them compiled, and the ramp length from which
@@ -34,7 +34,7 @@ leaves the others their GPU:
 
 A part whose tool is missing (no CUDA device, no ncu) is skipped with one line saying why; one that would
 not fit in the time left (its estimate, `gpu_check_parts.PARTS`, from what the parts took on one H100; the
-five add up to 448 s of the default 480) is skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
+five add up to 403 s of the default 480) is skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
 Each part writes its folder when it ends, and `summary.csv` (every part, whether it ran, its seconds, what
 it cut to fit and its main figures) is rewritten after each; the table is printed at the end. The parts share one compile
 cache (`--work`/torchinductor, or $TORCHINDUCTOR_CACHE_DIR), as the workflow's jobs share theirs, so
@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated parts to run (env always runs)")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out")
     p.add_argument("--mfu-modes", default="default", help="torch.compile modes of the mfu part, comma-separated")
+    p.add_argument("--mfu-sizes", default="768",
+                   help="widths d of the mfu part, comma-separated (768,1024: RESULTS 4's rows, about 60 s more)")
     p.add_argument("--workflow-dir", type=Path, default=None,
                    help="run the workflow in this folder, continuing what is there (default: a fresh "
                         "folder under --work)")
@@ -250,6 +252,7 @@ def main(argv=None) -> int:
     ctx = Context(out=args.out.resolve(), work=work, smoke=args.smoke, deadline=t_start + 60 * args.minutes,
                   env=environment(work),
                   options={"mfu_modes": [m for m in args.mfu_modes.split(",") if m],
+                           "mfu_sizes": [d for d in args.mfu_sizes.split(",") if d],
                            "workflow_dir": args.workflow_dir.resolve() if args.workflow_dir else None,
                            "memory_ladder_s": args.memory_ladder_s})
     ctx.out.mkdir(parents=True, exist_ok=True)

@@ -158,11 +158,23 @@ def mfu_modes(ctx) -> list[str]:
     return ["eager"] if ctx.smoke else ctx.options["mfu_modes"]
 
 
+def mfu_sizes(ctx) -> list[str]:
+    """The widths the mfu part measures: d 768 by default (RESULTS 4's d 1024 row is `--mfu-sizes 768,1024`,
+    about 60 s more a mode: more than the check's margin)."""
+    return ["32", "64"] if ctx.smoke else ctx.options.get("mfu_sizes", ["768"])
+
+
+def mfu_cut(ctx) -> str:
+    left = [d for d in ("768", "1024") if d not in mfu_sizes(ctx)]
+    return "" if ctx.smoke or not left else (f"cut to fit: d {', '.join(left)} (--mfu-sizes "
+                                             f"{','.join(sorted({*mfu_sizes(ctx), *left}, key=int))} adds it)")
+
+
 def run_mfu(ctx, folder: Path) -> None:
     """One process per compile mode; a mode that fails leaves the next one its turn."""
     failed = []
     for mode in mfu_modes(ctx):
-        args = SMOKE_MFU if ctx.smoke else ["--device", "cuda", "--sizes", "768,1024", *SHAPE, "--warm", "5",
+        args = SMOKE_MFU if ctx.smoke else ["--device", "cuda", "--sizes", ",".join(mfu_sizes(ctx)), *SHAPE, "--warm", "5",
                                             "--steps", "20", "--compile", mode]
         try:
             ctx.run([ctx.python, BENCH / "gpu.py", *args, "--out", folder / f"mfu_{mode}.csv"], log=folder / "log.txt")
@@ -445,19 +457,21 @@ def memory_figures(ctx, folder: Path) -> str:
 
 
 # Estimates (seconds) from one H100 (bench/results/gpu_check_h100/, 2026-11-27, an empty compile cache): env 13-18 s,
-# mfu 123 s, refine 149 s, memory 56 s with a 30 s ladder (20 s now). The workflow part's is computed from that
-# run's job times for the cut DAG (bench/gpu_check.yaml), three GPU jobs at a time and its corpus jobs done
-# while mfu and refine ran: the members (about 40 s each, compiling their graph) and M_0 (30 s) side by side,
-# then grow (18 s), the refinement (30 s) beside the two profiles (25-30 s) and the evaluations (13 s each),
-# M_1's evaluation and the comparison: about 115 s. The five add up to 448 s of the 480.
+# mfu 123 s for two widths (so 65 s for one, `mfu_sizes`), refine 149 s, memory 56 s with a 30 s ladder (20 s now).
+# The workflow part's is the critical path of its cut DAG (bench/gpu_check.yaml) in that run's job times
+# (workflow_rules.csv, measured at twice the cut budgets, so an upper bound on its training): M_0 (51 s; the
+# members, 28 and 47 s, beside it, three GPU jobs at a time), grow (19 s), the refinement (38 s; the two profiles,
+# 25-31 s, beside it), M_1's evaluation (14 s), the comparison (3 s): 125 s, plus Snakemake's own start, 130 s
+# (tests/test_gpu_check.py recomputes it from the CSV). The corpus jobs are done while mfu and refine run. The five
+# add up to 403 s of the 480: a margin of 77 s.
 PARTS = [
     Part("env", "the card, driver, torch, CUDA and Nsight Compute", 18, 15, run_env, env_figures),
-    Part("mfu", "MFU of growlm's step at d 768 and 1024 beside the reference loop compiled the same way", 125, 40,
+    Part("mfu", "MFU of growlm's step (d 768; --mfu-sizes) beside the reference loop compiled the same way", 65, 40,
          run_mfu, mfu_figures, cuda_or_smoke("bench/gpu.py measures MFU on a GPU"),
-         scale=lambda ctx: len(mfu_modes(ctx))),
+         scale=lambda ctx: len(mfu_modes(ctx)) * (1 if ctx.smoke else len(mfu_sizes(ctx))), cut=mfu_cut),
     Part("refine", "bench/refine_speed.py at d 768: msg, concat, V-cycle against M_0, three compile modes", 150, 60,
          run_refine, refine_figures, cuda_or_smoke("sized for a GPU")),
-    Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 115, 120,
+    Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 130, 120,
          run_workflow, workflow_figures, cuda_or_smoke("sized for a GPU; --smoke runs the tiny experiment on the CPU"),
          cut=lambda ctx: "" if ctx.smoke else WORKFLOW_CUT, early=start_corpus),
     Part("ncu", "the Nsight Compute tables of the workflow's profile jobs (M_0, M'_1)", 0, 0, run_ncu, ncu_figures,
