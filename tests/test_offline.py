@@ -84,7 +84,7 @@ def test_prepare_then_run_offline(tiny_run, tmp_path):
     HF_HUB_OFFLINE set, and no job waited on the Hub.
 
     In a copy of the shared tiny run that keeps only its corpus (bundled books: no job of it reads the Hub),
-    the offline run makes one of each job that reads what `prepare` left, from the imported members on: the
+    the offline run makes one job of each rule from the imported members on (what `prepare` left): the
     tokenizer from member 1, the token files, M_0 (built like member 1), the growth of the members and its
     refinement, and the refined model's held-out metrics and benchmark task through lm-evaluation-harness
     (which reads the task's documents from the Hub's cache). Not the same jobs again for the other models,
