@@ -6,7 +6,8 @@ A Hub member that is not in the cache stops the dry run at once, with the whole 
 and the command that prepares it, with `HF_HUB_OFFLINE` set and without. The Hub members a login
 node's `prepare` left in the cache (laid out as huggingface_hub lays out what it downloads) are then
 used by the tiny experiment with no network at all: `prepare` imports them and loads the benchmark
-task's documents, and the rest of the run finishes offline, never waiting on the Hub.
+task's documents, and each job of the run that reads what it left then runs offline, never waiting
+on the Hub.
 """
 
 from __future__ import annotations
@@ -79,14 +80,16 @@ def test_a_hub_member_without_network_fails_at_once_naming_it(workflow_dir, tmp_
 @pytest.mark.slow
 def test_prepare_then_run_offline(tiny_run, tmp_path):
     """Two Hub members in the cache, a benchmark task of documents in a folder: `prepare` (network cut)
-    imports the members and loads the task's documents, trains nothing; the experiment then runs with
-    HF_HUB_OFFLINE set up to its comparison, and no job waited on the Hub.
+    imports the members and loads the task's documents, trains nothing; the experiment's jobs then run with
+    HF_HUB_OFFLINE set, and no job waited on the Hub.
 
-    In a copy of the shared tiny run that keeps only its corpus (bundled books: no job of it reads the Hub):
-    the offline run makes everything from the imported members on (the tokenizer from member 1, the token
-    files, M_0, the growth and refinement, every model's held-out metrics and its benchmark task through
-    lm-evaluation-harness, which reads the task's documents from the Hub's cache, and the comparison); not
-    the report's figures and tables, which read only the comparison's files."""
+    In a copy of the shared tiny run that keeps only its corpus (bundled books: no job of it reads the Hub),
+    the offline run makes one job of each rule from the imported members on (what `prepare` left): the
+    tokenizer from member 1, the token files, M_0 (built like member 1), the growth of the members and its
+    refinement, and the refined model's held-out metrics and benchmark task through lm-evaluation-harness
+    (which reads the task's documents from the Hub's cache). Not the same jobs again for the other models,
+    nor the comparison and the report, which read only these jobs' files (the comparison of pretrained
+    members: tests/test_pretrained.py)."""
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
     for made in ("tokenizer", "tokens", "models", "checkpoints", "eval", "report", "profile", "live", "logs",
@@ -118,13 +121,17 @@ def test_prepare_then_run_offline(tiny_run, tmp_path):
     record = json.loads((wd / "results/tiny/tasks/data/my_task.json").read_text())
     assert record["tasks"] == {"hen_words": {"test": 4}}
 
-    comparison = "results/tiny/eval/comparison.csv"
-    proc, took = snakemake(wd, comparison, *args, env={**env, "HF_HUB_OFFLINE": "1"})
+    refined = "results/tiny/eval/refined/msg/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
+    targets = [f"{refined}/metrics.json", f"{refined}/tasks/my_task.json",
+               "results/tiny/models/baseline/d32_L2/t24000_lr0.003/s0/model.safetensors"]
+    proc, _ = snakemake(wd, *targets, *args, env={**env, "HF_HUB_OFFLINE": "1"})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "rule import_member" not in out  # prepared: nothing of the Hub is read again
     assert "rule evaluate_tasks" in out and "rule member_tokenizer" in out  # the jobs that read the Hub's cache ran
-    assert (wd / comparison).is_file()
+    for job in ("checkpoint encode_split", "rule train_baseline", "rule grow", "rule refine", "rule evaluate_model"):
+        assert job in out, job
+    assert all((wd / target).is_file() for target in targets)
     logs = "".join(p.read_text() for p in (wd / "results/tiny/logs").rglob("*.log"))
     assert "Retrying" not in logs and "huggingface.co" not in logs
 
