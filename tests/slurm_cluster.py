@@ -440,8 +440,9 @@ def stop_cluster(info: ClusterInfo, timeout: float = 20) -> None:
 def snakemake_command(
     workdir, snakefile, configfiles=(), extra_args=(), profile=SLURM_LOCAL_PROFILE
 ) -> list[str]:
-    """`python -m snakemake --profile <profile> ...` for the venv running the tests."""
-    cmd = [sys.executable, "-m", "snakemake", "--profile", str(profile),
+    """`python -m snakemake --profile <profile> ...` for the venv running the tests, through
+    tests/slurm_snakemake.py (its status checks a few seconds apart, not backing off to minutes)."""
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "slurm_snakemake.py"), "--profile", str(profile),
            "--snakefile", str(snakefile), "--directory", str(workdir), *map(str, extra_args)]
     if configfiles:  # last: `--configfiles` takes every following word (targets included)
         cmd += ["--configfiles", *map(str, configfiles)]

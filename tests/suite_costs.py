@@ -47,7 +47,8 @@ def note(kind: str) -> None:
 def kind_of(argv) -> str:
     """The kind of one started process, from its argument list."""
     words = [str(w) for w in (argv if isinstance(argv, (list, tuple)) else [argv])]
-    if any(Path(w).name == "snakemake" for w in words[:3]) or words[1:3] == ["-m", "snakemake"]:
+    if (any(Path(w).name in ("snakemake", "slurm_snakemake.py") for w in words[:3])
+            or words[1:3] == ["-m", "snakemake"]):
         dry = {"-n", "--dry-run", "--dryrun", "-np", "--lint", "--summary", "--list-rules"}
         return "dry run" if dry & set(words) else "workflow"
     return "process"

@@ -10,7 +10,9 @@ reason. A toy workflow (written into tmp folders) runs through `profiles/slurm-l
   * `scancel` mid-run (SIGTERM to all steps, job CANCELLED): the retry resumes;
   * preemption by a higher-priority partition with `--slurm-requeue`: SLURM requeues the job
     itself (no Snakemake retry allowed) and it resumes.
-Wall time on 2 cores: ~3.5 minutes (measured 3:40), mostly the plugin's status-poll back-off.
+Snakemake runs through tests/slurm_snakemake.py: the plugin's checks of its jobs' status come every 2 s instead
+of backing off to minutes, which was most of these tests' wall time. What is left is mostly waiting: for
+SLURM's time-limit warning (the toy's first attempt), for a requeued job to start again, for the jobs.
 
 For the real workflow: `run_snakemake_on_cluster(workdir, snakefile, configfiles, extra_args)`
 from slurm_cluster.py, with the `cluster` fixture below.
