@@ -193,10 +193,12 @@ def code_digest() -> str:
 
 
 def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, files: dict[str, str] | None = None,
-                 start_from: Path | None = None, remove: tuple[str, ...] = ()) -> Path:
+                 start_from: Path | None = None, remove: tuple[str, ...] = (),
+                 copies: dict[str, str] | None = None) -> Path:
     """A real run made once for the whole session and shared by every test that asks for the same one: a copy
     of the workflow (or of the finished run `start_from`, less the paths `remove`), `files` written into it
-    (overlays), then each Snakemake command in turn (each must succeed; the output of command i is in
+    (overlays), `copies` made in it ({destination: source}, paths in the folder; file dates kept), then each
+    Snakemake command in turn (each must succeed; the output of command i is in
     `run_output(folder, i)`).
 
     It is keyed by what makes it: the commands, the files' text, the config files a command names, what it
@@ -209,7 +211,8 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
     import fcntl
 
     files = files or {}
-    key = hashlib.sha256(json.dumps([commands, files, str(start_from), code_digest()]).encode())
+    key = hashlib.sha256(json.dumps([commands, files, str(start_from), code_digest(), *([copies] if copies else [])])
+                         .encode())
     for word in (w for command in commands for w in command if w.endswith((".yaml", ".yml"))):
         if Path(word).is_file():  # a config file outside the run's folder (tests/config/tiny.yaml)
             key.update(Path(word).read_bytes())
@@ -239,6 +242,8 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
                     copy_run(start_from, wd, remove)
                 for file, text in files.items():
                     (wd / file).write_text(text)
+                for dest, source in (copies or {}).items():
+                    shutil.copytree(wd / source, wd / dest, symlinks=True)
                 for i, command in enumerate(commands):
                     run_output(wd, i).write_text(run_snakemake(wd, *command).stdout)
             except BaseException as err:
@@ -277,11 +282,15 @@ profile: {tools: []}
 def tiny2_run(tiny_run, tmp_path_factory) -> Path:
     """The finished tiny run's folder with a second experiment, `tiny2` (other settings, TINY2), run to its
     report beside it: the plugins and the shared trunk through the workflow (tests/test_combine.py), and two
-    experiments in one folder (tests/test_own_results.py). One run serves both."""
+    experiments in one folder (tests/test_own_results.py). One run serves both. TINY2 changes neither the
+    corpus, the tokenizer nor M_0: the tiny experiment's are copied into tiny2's folder first (the same
+    settings make the same files), and tiny2 trains and evaluates what is its own."""
     args = ["--configfile", str(TINY), "tiny2.yaml"]
     return finished_run(tmp_path_factory, "tiny2", [["--cores", "2", *args],
                         ["--cores", "1", *args, "--report", "results/tiny2/report.html"]],
-                        files={"tiny2.yaml": TINY2}, start_from=tiny_run)
+                        files={"tiny2.yaml": TINY2}, start_from=tiny_run,
+                        copies={f"results/tiny2/{p}": f"results/tiny/{p}"
+                                for p in ("corpus", "tokenizer", "tokens", "models/baseline")})
 
 
 @pytest.fixture(autouse=True)
