@@ -14,6 +14,7 @@ from conftest import TINY, copy_workflow, finished_run, job_counts, run_output, 
 WSD = """\
 train:
   schedule: wsd
+  branches: [0.35, 0.7]  # two of the default four points: a cooldown job each is what is checked
   small: {schedule: cosine}  # the tiny run's members as they are: no member trains again
 methods: [msg]
 controls: {single_member: false, ensemble: false}
@@ -36,10 +37,10 @@ def wsd_run(tiny_run, tmp_path_factory):
 def test_every_large_job_has_a_cooldown_per_point_and_a_finished_run_is_done(wsd_run):
     wd, plan = wsd_run
     counts = job_counts(plan)
-    assert counts["cooldown_baseline"] == 4 and counts["cooldown_refine"] == 4  # 0.2, 0.35, 0.5, 0.7
+    assert counts["cooldown_baseline"] == 2 and counts["cooldown_refine"] == 2  # 0.35, 0.7
     results = wd / "results" / "tiny"
     for model in (results / "models" / "baseline").glob("*/*/s0"):
-        assert sorted(p.name for p in (model / "branches").iterdir()) == ["b20", "b35", "b50", "b70"]
+        assert sorted(p.name for p in (model / "branches").iterdir()) == ["b35", "b70"]
         for b in (model / "branches").iterdir():
             assert not (b / "state").exists()  # temporary: gone once its cooldown read it
     again = run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml")
@@ -55,7 +56,7 @@ def test_a_branch_is_the_shorter_wsd_run_sharing_the_full_runs_steps(wsd_run):
         meta = json.loads((model / "growlm.json").read_text())
         full = TrainConfig.from_dict(meta["train"]["config"])
         ledger = pd.read_csv(model / "ledger.csv")
-        for fraction, point in ((0.2, "b20"), (0.35, "b35"), (0.5, "b50"), (0.7, "b70")):
+        for fraction, point in ((0.35, "b35"), (0.7, "b70")):
             record = json.loads((model / "branches" / point / "branch.json").read_text())
             step = full.branch_step(fraction)
             assert (record["step"], record["steps"]) == (step, full.branch(step).steps)
@@ -74,7 +75,7 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
     wd, _ = wsd_run
     results = wd / "results" / "tiny"
     row = pd.read_csv(results / "eval" / "comparison.csv").iloc[0]
-    assert row["envelope_runs"] == "5+5"
+    assert row["envelope_runs"] == "3+3"
     # M_1's envelope is never above its first crossing (the ratios also differ in their divisor: M_0's
     # envelope FLOPs to its final loss, tests/test_compare.py)
     assert row["m1_envelope_flops"] <= row["cost_ratio"] * row["m0_flops"] * (1 + 1e-12)
@@ -92,10 +93,10 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
 
 def test_without_branches_no_cooldown_is_planned(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
-    (wd / "wsd.yaml").write_text(WSD.replace("  schedule: wsd\n", "  schedule: wsd\n  branches: []\n"))
+    (wd / "wsd.yaml").write_text(WSD.replace("branches: [0.35, 0.7]", "branches: []"))
     counts = job_counts(run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml").stdout)
     assert "cooldown_baseline" not in counts and "cooldown_refine" not in counts and counts["train_baseline"] == 1
-    (wd / "bad.yaml").write_text(WSD.replace("  schedule: wsd\n", "  schedule: wsd\n  branches: [0.01]\n"))
+    (wd / "bad.yaml").write_text(WSD.replace("branches: [0.35, 0.7]", "branches: [0.01]"))
     proc = run_snakemake(wd, "-n", "--configfile", str(TINY), "bad.yaml", check=False)
     assert proc.returncode != 0 and "train.branches = 0.01" in proc.stdout + proc.stderr
 
