@@ -1,6 +1,6 @@
 """Entry script of rule compare: the comparison table, the loss curves and the learning-rate sweep."""
 from growlm.errors import job_log
-from growlm.jobs.evaluate import compare
+from growlm.jobs.compare import compare
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 with job_log(sm.log[0], sm.rule):

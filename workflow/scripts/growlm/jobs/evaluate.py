@@ -1,6 +1,7 @@
 """Jobs of the evaluation stage: held-out metrics of a model, of the members' ensemble, its scores on
 lm-evaluation-harness tasks (`growlm.harness`, with growlm's own cloze task written from the test
-split by `cloze_task`), and the comparison of M_0 with every M_1 (`growlm.compare`)."""
+split by `cloze_task`). The comparison of M_0 with every M_1 is `growlm.jobs.compare`: it reads their files
+and needs no torch."""
 
 from __future__ import annotations
 
@@ -60,20 +61,3 @@ def evaluate_tasks(*, model_dir, spec: dict, limit: int | None, out_file) -> dic
     else:
         log(f"{spec['id']} on {model_dir}: {json.dumps(record['scores'])}")
     return record
-
-
-def compare(*, combos: list[dict], paths: dict, vocab_size: int, unigram_train, unigram_test, comparison_csv,
-            curves_csv, lr_sweep_csv, levels: dict | None = None, task_files: list | None = None,
-            pretrained: dict | None = None, branches: dict | None = None, savings_csv=None,
-            token_files: dict | None = None) -> None:
-    """The comparison table, every model's curve, the learning-rate sweep and the saving at each loss
-    (growlm.compare); `task_files`: the models' scores on lm-evaluation-harness tasks, as columns beside the
-    rest; `pretrained`: the members brought and their stated cost (growlm.compare.priced); `branches`: the
-    points of the cooldown branches of M_0 ("baseline") and of the refinements ("refine"); `token_files`: the
-    large arms' and the members' training tokens, whose passes the comparison states."""
-    from growlm.compare import write_comparison  # here: keeps pandas out of the evaluation jobs
-
-    write_comparison(combos, paths, comparison_csv=comparison_csv, curves_csv=curves_csv, unigram_train=unigram_train,
-                     unigram_test=unigram_test, vocab_size=vocab_size, lr_sweep_csv=lr_sweep_csv,
-                     levels=levels, task_files=task_files, pretrained=pretrained, branches=branches,
-                     savings_csv=savings_csv, token_files=token_files)
