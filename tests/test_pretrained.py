@@ -49,7 +49,8 @@ def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     tokenizer stay, every model is made again (the family is a setting of every model job): the members,
     M_0 and one arm (one method here: every operator's Llama form is checked for exactness in
     tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the comparison
-    and the report of Llama models are the next test's (its Llama members' run goes up to the first page)."""
+    and the report of Llama models are checked by the Llama members' run of
+    test_the_workflow_grows_pretrained_members_of_both_families (up to the report's first page)."""
     wd = copy_run(tiny_run, tmp_path / "wf")
     (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
     refined = "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
