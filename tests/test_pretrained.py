@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -44,27 +45,33 @@ def rows(wd: Path, experiment: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
-    """The tiny experiment again in the Llama family, in a copy of its GPT-2 run: the corpus and tokenizer
-    stay, every model is made again (the family is a setting of every model job). One method here: every
-    operator's Llama form is checked for exactness in tests/test_families.py."""
-    wd = tmp_path / "wf"
-    shutil.copytree(tiny_run, wd, symlinks=True)
+    """The tiny experiment's models again in the Llama family, in a copy of its GPT-2 run: the corpus and
+    tokenizer stay, every model is made again (the family is a setting of every model job): the members,
+    M_0 and one arm (one method here: every operator's Llama form is checked for exactness in
+    tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the comparison
+    and the report of Llama models are checked by the Llama members' run of
+    test_the_workflow_grows_pretrained_members_of_both_families (up to the report's first page)."""
+    wd = copy_run(tiny_run, tmp_path / "wf")
     (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
-    proc = run_snakemake(wd, "--cores", "2", "--configfile", str(TINY), "llama.yaml")
-    assert "fit_tokenizer" not in proc.stdout + proc.stderr and "train_small" in proc.stdout + proc.stderr
-    got = rows(wd, "tiny")
-    assert {r["method"] for r in got} == {"concat+zero_block"}
-    assert all(float(r["m1_final_val_loss"]) < float(r["m1_step0_val_loss"]) for r in got)
-    for kind in ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0",
-                 "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
+    refined = "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
+    kinds = ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0", refined)
+    proc = run_snakemake(wd, *(f"results/tiny/models/{kind}/model.safetensors" for kind in kinds[1:]),
+                         "--cores", "2", "--configfile", str(TINY), "llama.yaml")
+    assert "fit_tokenizer" not in proc.stdout + proc.stderr
+    # both members, M_0 and the one arm of the overlay's methods (not tiny.yaml's two), nothing else
+    assert job_counts(proc.stderr) == {"train_small": 2, "train_baseline": 1, "grow": 1, "refine": 1}, proc.stderr
+    for kind in kinds:
         folder = wd / "results" / "tiny" / "models" / kind
         model = AutoModelForCausalLM.from_pretrained(folder)
         assert type(model) is LlamaForCausalLM and model.config.num_key_value_heads * 2 == \
             model.config.num_attention_heads
-    # the grown model started where its members' logit average was (concat is exact in Llama too)
-    ledger = list(csv.DictReader(open(wd / "results/tiny/models/refined/concat+zero_block/d16_L1_to_d32_L2/n2/"
-                                          "t24000_lr0.003/s0/ledger.csv")))
+    # the grown model started where its members' logit average was (concat is exact in Llama too), and
+    # learned: its last validation loss below its first (the comparison's m1_final_val_loss and
+    # m1_step0_val_loss are these two)
+    ledger = list(csv.DictReader(open(wd / "results" / "tiny" / "models" / refined / "ledger.csv")))
     assert ledger[0]["step"] == "0" and float(ledger[0]["val_loss"]) > 0
+    losses = [v for v in (float(r["val_loss"] or "nan") for r in ledger) if not math.isnan(v)]
+    assert losses[-1] < losses[0]
 
 
 def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
@@ -77,43 +84,56 @@ def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
 @pytest.mark.slow
 def test_the_workflow_grows_pretrained_members_of_both_families(tiny_run, tmp_path):
     """Llama members with unknown cost (the comparison reports the members-free ratio and says the cost
-    is not counted), GPT-2 members with a stated cost (counted); in both, the corpus is encoded with the
-    members' tokenizer and M_0 and M_1 are of the members' family and vocabulary. Each family in a copy of
-    the shared tiny run less its tokenizer, tokens and models (its corpus kept): the Llama run goes up to the
-    report's first page (its words on the members' cost are checked), the GPT-2 one up to the comparison."""
+    is not counted), then with a stated cost (counted), and GPT-2 members: in both families the corpus is
+    encoded with the members' tokenizer and M_0 and M_1 are of the members' family and vocabulary. Each
+    family in a copy of the shared tiny run less its tokenizer, tokens and models (its corpus kept): the
+    Llama run goes up to the report's first page (its words on the members' cost are checked), then the
+    cost stated makes the comparison alone again; the GPT-2 run asks for its M_0 and M_1 only."""
     experiment = "tiny"  # the shared run's: its corpus is reused
-    for overlay, family, cls in (("pre_llama", "llama", LlamaForCausalLM), ("pre_gpt2", "gpt2", GPT2LMHeadModel)):
-        wd = members_in_tiny_copy(tiny_run, tmp_path / overlay)
-        if family == "llama":
-            mine = members(wd / "mine_llama", "llama")
-            (wd / "pre_llama.yaml").write_text(
-                f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
-        else:
-            mine = members(wd / "mine_gpt2", "gpt2", vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
-            (wd / "pre_gpt2.yaml").write_text(
-                f"methods: [[concat, zero_block]]\n"
-                f"members: {{pretrained: {json.dumps(mine)}, cost: {{tokens: 50000}}}}\n" + FAST)
-        target = "report/summary.rst" if family == "llama" else "eval/comparison.csv"
-        proc = run_snakemake(wd, f"results/{experiment}/{target}", "--cores", "2", "--configfile", str(TINY),
-                             f"{overlay}.yaml")
+    res = f"results/{experiment}"
+
+    def run(family: str, method: str, target: str | None) -> tuple[Path, list[str], list[str]]:
+        """The members of `family` grown with `method` in a copy of the shared run, up to `target` (M_0 and
+        M_1 when None); the checks of both families. Returns the folder, the run's arguments and the members."""
+        wd = members_in_tiny_copy(tiny_run, tmp_path / f"pre_{family}")
+        mine = members(wd / f"mine_{family}", family, **extra_members.get(family, {}))
+        (wd / "pre.yaml").write_text(f"methods: [{method}]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
+        args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
+        name = method.strip("[]").replace(", ", "+")
+        kinds = ("baseline/d32_L2/t24000_lr0.003/s0", f"refined/{name}/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0")
+        targets = [f"{res}/{target}"] if target else [f"{res}/models/{kind}/model.safetensors" for kind in kinds]
+        proc = run_snakemake(wd, *targets, *args)
         out = proc.stdout + proc.stderr
         assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; corpus kept
-        (row,) = rows(wd, experiment)
-        member_vocab = json.loads(Path(f"{wd}/mine_{family}/m1/config.json").read_text())["vocab_size"]
-        for kind in ("baseline/d32_L2/t24000_lr0.003/s0", f"refined/{row['method']}/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
-            model = AutoModelForCausalLM.from_pretrained(wd / "results" / experiment / "models" / kind)
-            assert type(model) is cls and model.config.vocab_size == member_vocab
-        tok = json.loads((wd / "results" / experiment / "tokenizer" / "tokenizer.json").read_text())
-        assert tok == json.loads(Path(f"{wd}/mine_{family}/m1/tokenizer.json").read_text())  # the members' own
-        assert not (wd / "results" / experiment / "models" / "small").exists()  # no member trained
-        if family == "llama":
-            report = (wd / "results" / experiment / "report" / "summary.rst").read_text()
-            assert row["members_cost"] == "unknown" and row["cost_ratio"] == "" and row["small_flops"] == ""
-            assert float(row["cost_ratio_small_free"] or "nan") > 0 or row["reached"] == "False"
-            assert "the members' own training cost is not counted" in report or "did not reach" in report
-        else:
-            assert row["members_cost"] == "stated"
-            assert float(row["small_flops"]) > 0  # 2 members x 50,000 tokens x their FLOPs per token
+        member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
+        for kind in kinds:
+            model = AutoModelForCausalLM.from_pretrained(wd / res / "models" / kind)
+            assert type(model) is classes[family] and model.config.vocab_size == member_vocab
+        tok = json.loads((wd / res / "tokenizer" / "tokenizer.json").read_text())
+        assert tok == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
+        assert not (wd / res / "models" / "small").exists()  # no member trained
+        return wd, args, mine
+
+    classes = {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel}
+    extra_members = {"gpt2": {"vocab_book": "pg14642_mcguffey_eclectic_primer.txt", "vocab": 350}}
+
+    wd, args, mine = run("llama", "msg", "report/summary.rst")
+    (row,) = rows(wd, experiment)
+    assert row["method"] == "msg"
+    report = (wd / res / "report" / "summary.rst").read_text()
+    assert row["members_cost"] == "unknown" and row["cost_ratio"] == "" and row["small_flops"] == ""
+    assert float(row["cost_ratio_small_free"] or "nan") > 0 or row["reached"] == "False"
+    assert "the members' own training cost is not counted" in report or "did not reach" in report
+    # their cost stated: counted, and only the comparison is made again (no import, model or token file)
+    (wd / "pre.yaml").write_text(
+        f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}, cost: {{tokens: 50000}}}}\n" + FAST)
+    proc = run_snakemake(wd, f"{res}/eval/comparison.csv", *args)
+    assert job_counts(proc.stderr) == {"compare": 1}, proc.stderr[-3000:]
+    (row,) = rows(wd, experiment)
+    assert row["members_cost"] == "stated"
+    assert float(row["small_flops"]) > 0  # 2 members x 50,000 tokens x their FLOPs per token
+
+    run("gpt2", "[concat, zero_block]", None)
 
 
 def test_bad_pretrained_members_are_named_before_any_job(workflow_dir, tmp_path):

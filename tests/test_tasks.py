@@ -80,14 +80,14 @@ def test_tasks_land_in_the_comparison_the_csv_and_the_report(tiny_run, tmp_path)
     page and the report."""
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
+    (wd / "results/tiny/report.html").unlink()  # the shared run's report, without tasks: made again below
     (wd / "tasks.yaml").write_text("evaluate: {tasks: [growlm_cloze], task_limit: 20}\n")
     args = ["--configfile", str(TINY), "tasks.yaml"]
-    planned = job_counts(run_snakemake(wd, "-n", "--cores", "2", "--quiet", "rules", *args).stdout)
     models = sum(len(list((wd / "results/tiny/models" / kind).glob("**/model.safetensors")))
                  for kind in ("small", "baseline", "refined"))  # the trained models (not the grown ones)
+    planned = job_counts(run_snakemake(wd, "--cores", "2", *args).stderr)  # the run's plan, said as it starts
     assert planned["evaluate_tasks"] == models == 6 and planned["cloze_task"] == 1
     assert not {"train_small", "train_baseline", "refine", "grow"} & set(planned), planned
-    run_snakemake(wd, "--cores", "2", *args)
     res = wd / "results" / "tiny"
 
     data = [json.loads(line) for line in (res / "tasks/growlm_cloze/test.jsonl").read_text().splitlines()]
@@ -106,7 +106,12 @@ def test_tasks_land_in_the_comparison_the_csv_and_the_report(tiny_run, tmp_path)
     assert (table["samples"] == 20).all()  # task_limit: the first 20 examples, the same for every model
     m1 = table[table["kind"] == "M_1"]
     members = table[table["kind"] == "member"]["training_flops"].max()
-    assert (m1["training_flops"] > 2 * members).all()  # an M_1 counts its members (two here) and refinement
+    assert (m1["training_flops"] > 2 * members).all()  # an M_1 counts its members and refinement
+    for _, row in m1.iterrows():  # beyond its refinement (its ledger's FLOPs, alone more than both members):
+        # the members its method grew from, both for concat, m_1 alone for hyperclone and concat's m_1-only control
+        used = 2 if row["method"] == "concat+zero_block" else 1
+        refinement = pd.read_csv(wd / row["dir"] / "ledger.csv")["flops"].iloc[-1]
+        assert row["training_flops"] - refinement >= used * members, row
     record = json.loads(next(res.glob("eval/baseline/**/tasks/growlm_cloze.json")).read_text())
     assert record["settings"]["random_seed"] == 0 and record["settings"]["device"] == "cpu"
 
