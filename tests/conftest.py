@@ -180,6 +180,30 @@ def workflow_dir(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")
 
 
+def plan(workflow_dir: Path, *config: str, configfiles=()) -> tuple[str | None, list[tuple[str, list[str]]]]:
+    """The workflow parsed and planned in this process through Snakemake's API, as `snakemake -n --config
+    *config --configfile config/config.yaml *configfiles` plans it (`--config` values read by the command
+    line's own snakemake.cli.parse_config): (the error the parse raised, or None; each planned job's rule and
+    outputs). About a tenth of a Snakemake start. Not for what needs the command line or the executor (a YAML
+    tag in --config, jobs across nodes) or what the terminal shows: those are real `snakemake -n` runs."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_config
+    from snakemake.exceptions import WorkflowError
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+
+    files = [workflow_dir / "config" / "config.yaml", *(Path(workflow_dir, f) for f in configfiles)]
+    try:
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=workflow_dir / "workflow" /
+                              "Snakefile", workdir=workflow_dir, config_settings=ConfigSettings(
+                                  config=parse_config(list(config)), configfiles=files))
+            wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
+            return None, [(job.rule.name, [str(f) for f in job.output]) for job in wf._workflow.dag.jobs
+                          if job.rule.name != "all"]
+    except WorkflowError as err:
+        return str(err), []
+
+
 @functools.cache
 def code_digest() -> str:
     """sha256 of what a workflow run executes and reads besides its config files: the workflow (rules, scripts,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, job_counts, run_snakemake
+from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, job_counts, plan, run_snakemake
 
 
 def test_default_config_dry_run(workflow_dir):
@@ -33,29 +33,6 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
     assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
     assert counts["grow"] == counts["refine"] == 2 * 2 * 2  # (d0, n) x (msg, concat+lemon)
     assert counts["train_baseline"] == 1
-
-
-def parse(workflow_dir: Path, *override: str) -> tuple[str | None, set[str]]:
-    """The workflow parsed and planned in this process, through Snakemake's API, with `--config` values as its
-    command line reads them (snakemake.cli.parse_config): (the config error the parse raised, or None; every
-    planned job's outputs). A tenth of a Snakemake start: the checks that need the command line or the executor
-    (a YAML tag, jobs across nodes) and what the terminal shows are run as `snakemake -n` below."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.cli import parse_config
-    from snakemake.exceptions import WorkflowError
-    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
-
-    try:
-        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=workflow_dir / "workflow" /
-                              "Snakefile", workdir=workflow_dir, config_settings=ConfigSettings(
-                                  config=parse_config(list(override)),
-                                  configfiles=[workflow_dir / "config" / "config.yaml"]))
-            dag = wf.dag(DAGSettings(targets={"all"}))
-            dag.execute_workflow(executor="dryrun")
-            return None, {str(f) for job in wf._workflow.dag.jobs for f in job.output}
-    except WorkflowError as err:
-        return str(err), set()
 
 
 @pytest.mark.parametrize(
@@ -114,13 +91,13 @@ def parse(workflow_dir: Path, *override: str) -> tuple[str | None, set[str]]:
 )
 def test_bad_config_is_named(workflow_dir, override, message):
     """Every problem is found while the Snakefile is parsed, before any job, and named: here in this process
-    (`parse`); what the terminal shows, in `test_a_bad_config_is_one_message_in_the_terminal`."""
+    (conftest's `plan`); what the terminal shows, in `test_a_bad_config_is_one_message_in_the_terminal`."""
     if override[0].startswith(("resources={nodes", "model={family: !!")):  # the command line's: a real dry run
         proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--config", *override, check=False)
         text = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Traceback (most recent call last)" not in text
     else:
-        text, _ = parse(workflow_dir, *override)
+        text, _ = plan(workflow_dir, *override)
         assert text is not None and text.startswith("config error: "), text
     assert message in text, text[-3000:]
 
@@ -146,9 +123,9 @@ def test_a_bad_config_is_one_message_in_the_terminal(workflow_dir, override, mes
     (["experiment=nan"], "results/nan/models/"),  # a name that reads as a number (nan, 2024) is the text written
 ])
 def test_command_line_values_are_read_as_their_types(workflow_dir, override, path):
-    error, outputs = parse(workflow_dir, *override)
+    error, jobs = plan(workflow_dir, *override)
     assert error is None, error
-    text = "\n".join(sorted(outputs))
+    text = "\n".join(sorted(f for _, outputs in jobs for f in outputs))
     assert path in text and ".0_" not in text and "1000000.0" not in text
 
 
