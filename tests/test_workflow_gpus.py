@@ -12,8 +12,8 @@ same jobs run one at a time on a machine without GPUs: M_0 (two devices) and the
 on the last device a member got (which member gets which device is up to the order the jobs start in).
 
 150,000 tokens a job are enough to overlap: the seven jobs start together and write their first timed
-line within a second or two of each other (after importing torch side by side), and a member's 585 steps
-then take some 2.5 CPU seconds, about 9 s while the seven jobs share two cores.
+line within a second of each other (after importing torch side by side), and a member's 585 steps then
+take some 2 CPU seconds: 7 s while the seven jobs share two quiet cores, over 30 s on two busy ones.
 """
 
 from __future__ import annotations
