@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from conftest import REPO, SNAKEMAKE, TINY, job_counts, run_snakemake
-from test_pretrained import FAST, members
+from test_pretrained import FAST, members, members_in_tiny_copy
 
 
 def _put_back_with_old_dates(path: Path, data: bytes, stat: os.stat_result) -> None:
@@ -46,23 +46,29 @@ def _perturbed(path: Path) -> bytes:
 
 
 @pytest.mark.slow
-def test_members_are_known_by_content_not_by_date(workflow_dir):
-    wd = workflow_dir
+def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
+    """Two GPT-2 members of width 32 brought to the tiny experiment (M_1 of width 64, one arm of msg and one of
+    concat), in a copy of the shared tiny run that keeps its corpus (test_pretrained's members_in_tiny_copy):
+    the run goes up to the report's first page (summary.rst, after the comparison) and the six token files, and
+    every plan below asks for those."""
+    wd = members_in_tiny_copy(tiny_run, tmp_path / "wf")
     mine = members(wd / "mine", "gpt2", d=32)
     (wd / "pre.yaml").write_text(
-        f"experiment: pre\nd1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(mine)}}}\n"
-        + FAST)
-    args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
+        f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
+    tokens = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
+    args = ["results/tiny/report/summary.rst", *tokens, "--cores", "2", "--configfile", str(TINY), "pre.yaml"]
+    options = args[1 + len(tokens):]
     proc = run_snakemake(wd, *args)
     # the config's d0 (tiny.yaml: 16) gives way to the members' own width, said before any job
     assert ("growlm: warning: d0 = 16 of the config is overridden by the members' own shape (members.pretrained: "
             "width 32, 1 layer)") in proc.stderr
+    assert "prepare_source" not in proc.stdout + proc.stderr  # the shared run's corpus, kept
     # the report describes the members as they are: their shape, where they came from, their cost not stated
-    first_page = (wd / "results/pre/report/summary.rst").read_text()
+    first_page = (wd / "results/tiny/report/summary.rst").read_text()
     assert "starts from 2 members trained elsewhere (gpt2, width 32, 1 layer;" in first_page, first_page
     assert f"{mine[0]}; {mine[1]}; saved in float32" in first_page
     assert "their cost not stated: ratios with the members free" in first_page
-    rows = list(csv.DictReader(open(wd / "results/pre/eval/comparison.csv")))
+    rows = list(csv.DictReader(open(wd / "results/tiny/eval/comparison.csv")))
     assert {r["members_origin"] for r in rows} == {"trained elsewhere"} and all(r["wall_ratio"] == "" for r in rows)
 
     def would_run() -> dict[str, int]:
@@ -84,23 +90,23 @@ def test_members_are_known_by_content_not_by_date(workflow_dir):
     jobs = would_run()
     assert jobs.get("import_member") == 1 and jobs.get("refine") == 2, jobs
     assert not {"member_tokenizer", "encode_split", "train_baseline"} & set(jobs), jobs
-    _put_back_with_old_dates(m1, original, stat1)  # and back as it was: nothing to do again
-    assert would_run() == {}
+    _put_back_with_old_dates(m1, original, stat1)  # and back as it was: nothing to do for it again (the next
+    # plan would import member 1 again otherwise)
 
     # member 2 changed: its import and the concat arm only (msg grows from member 1 alone), never M_0
     m2.write_bytes(_perturbed(m2))
     jobs = would_run()
     assert jobs.get("import_member") == 1 and jobs.get("grow") == 1 and jobs.get("refine") == 1, jobs
     assert not {"member_tokenizer", "encode_split", "train_baseline"} & set(jobs), jobs
-    grown = json.loads((wd / "results/pre/models/grown/concat+zero_block/d32_L1_to_d64_L2/n2/s0/growth.json")
+    grown = json.loads((wd / "results/tiny/models/grown/concat+zero_block/d32_L1_to_d64_L2/n2/s0/growth.json")
                        .read_text())
-    assert [m["dir"] for m in grown["members"]] == ["results/pre/models/pretrained/m1",
-                                                    "results/pre/models/pretrained/m2"]
-    m2.write_bytes(original2)
-    assert would_run() == {}
+    assert [m["dir"] for m in grown["members"]] == ["results/tiny/models/pretrained/m1",
+                                                     "results/tiny/models/pretrained/m2"]
+    m2.write_bytes(original2)  # and back as it was, with a new date: nothing to do for it again (the next plan
+    # would import member 2 again otherwise)
 
     def configure(items: list[str], extra: str = "") -> None:
-        (wd / "pre.yaml").write_text(f"experiment: pre\nd1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: "
+        (wd / "pre.yaml").write_text(f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: "
                                      f"{{pretrained: {json.dumps(items)}{extra}}}\n" + FAST)
 
     # member 1 linked from elsewhere, member 2 moved, their content the same: nothing is imported, grown or
@@ -136,17 +142,17 @@ def test_members_are_known_by_content_not_by_date(workflow_dir):
     for src, folder in zip(llama, (Path(mine[0]), moved)):
         shutil.rmtree(folder)
         shutil.copytree(src, folder)
-    targets = ["results/pre/models/baseline/d64_L2/t24000_lr0.003/s0/model.safetensors",
-               "results/pre/models/refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0/model.safetensors"]
-    ran = run_snakemake(wd, *targets, *args)
+    targets = ["results/tiny/models/baseline/d64_L2/t24000_lr0.003/s0/model.safetensors",
+               "results/tiny/models/refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0/model.safetensors"]
+    ran = run_snakemake(wd, *targets, *options)
     assert "member_tokenizer" in ran.stdout + ran.stderr and "train_baseline" in ran.stdout + ran.stderr
     for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
-        made = json.loads((wd / "results/pre/models" / kind / "config.json").read_text())
+        made = json.loads((wd / "results/tiny/models" / kind / "config.json").read_text())
         assert made["model_type"] == "llama" and made["vocab_size"] == json.loads(
             (moved / "config.json").read_text())["vocab_size"], kind
-    assert json.loads((wd / "results/pre/tokenizer/tokenizer.json").read_text()) == json.loads(
+    assert json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text()) == json.loads(
         (moved / "tokenizer.json").read_text())
-    assert job_counts(run_snakemake(wd, "-n", *targets, *args).stdout) == {}  # nothing left for a second run
+    assert job_counts(run_snakemake(wd, "-n", *targets, *options).stdout) == {}  # nothing left for a second run
 
 
 @pytest.mark.slow

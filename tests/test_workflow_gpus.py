@@ -7,8 +7,13 @@ run there: the tiny experiment with six members asking one GPU each and M_0 aski
 tiny run's corpus and tokenizer. Snakemake is given the allocation's eight GPUs without being told (the
 Snakefile counts them), the six members and M_0 start together and hold all eight devices at once, each
 its own (inside the allocation growlm still places every job: SLURM placed the run, not the jobs), every
-job's growlm.json says where it ran, and every number equals that of the same jobs run one at a time on
-a machine without GPUs.
+job's growlm.json says where it ran, and the numbers of the jobs whose places differ most equal those of the
+same jobs run one at a time on a machine without GPUs: M_0 (two devices) and the members on the first and
+on the last device a member got (which member gets which device is up to the order the jobs start in).
+
+150,000 tokens a job are enough to overlap: the seven jobs start together and write their first timed
+line within a second of each other (after importing torch side by side), and a member's 585 steps then
+take some 2 CPU seconds: 7 s while the seven jobs share two quiet cores, over 30 s on two busy ones.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from conftest import TINY, copy_run, run_snakemake
 pytestmark = pytest.mark.slow
 
 OVERLAY = ("n: [6]\nmethods: [[hyperclone, zero_block]]\nresources: {gpu: 1}\n"
-           "train: {small: {tokens: 400000}, large: {tokens: 400000}, checkpoint_every: 100000}\n")
+           "train: {small: {tokens: 150000}, large: {tokens: 150000}, checkpoint_every: 100000}\n")
 MEMBERS = [f"results/tiny/models/small/d16_L1/s0/m{i}" for i in range(1, 7)]
-BASELINE = "results/tiny/models/baseline/d32_L2/t400000_lr0.003/s0"
+BASELINE = "results/tiny/models/baseline/d32_L2/t150000_lr0.003/s0"
 DEVICES = [str(i) for i in range(8)]
 TIMING = {"wall_s", "tokens_per_s", "peak_mem_mb", "compile_s", "mfu"}
 
@@ -71,18 +76,14 @@ def ledger(folder: Path) -> list[dict]:
 
 def test_eight_gpus_inside_an_allocation_all_busy_each_job_on_its_own(tiny_run, tmp_path, monkeypatch):
     targets = [f"{m}/model.safetensors" for m in [*MEMBERS, BASELINE]]
-    # one job at a time, no GPUs: the reference numbers
-    seq = fresh_copy(tiny_run, tmp_path / "one_at_a_time")
-    monkeypatch.setenv("GROWLM_GPUS", "")
-    run_snakemake(seq, *targets, "--cores", "1", "--configfile", str(TINY), "eight.yaml")
     # eight fake GPUs of a SLURM allocation: six members at once, M_0 on two
     wd = fresh_copy(tiny_run, tmp_path / "eight_gpus")
-    monkeypatch.delenv("GROWLM_GPUS")
-    monkeypatch.setenv("SLURM_JOB_ID", "99")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(DEVICES))
-    monkeypatch.setenv("GROWLM_GPU_LOCKS", str(tmp_path / "locks"))
-    proc = run_snakemake(wd, *targets, "--cores", "8", "--set-resources", "train_baseline:gpu=2",
-                         "--configfile", str(TINY), "eight.yaml")
+    with monkeypatch.context() as allocation:
+        allocation.setenv("SLURM_JOB_ID", "99")
+        allocation.setenv("CUDA_VISIBLE_DEVICES", ",".join(DEVICES))
+        allocation.setenv("GROWLM_GPU_LOCKS", str(tmp_path / "locks"))
+        proc = run_snakemake(wd, *targets, "--cores", "8", "--set-resources", "train_baseline:gpu=2",
+                             "--configfile", str(TINY), "eight.yaml")
     output = proc.stdout + proc.stderr
     assert re.search(r"Provided resources: .*gpu=\D*8", output), output[-3000:]  # counted by the Snakefile
 
@@ -101,12 +102,20 @@ def test_eight_gpus_inside_an_allocation_all_busy_each_job_on_its_own(tiny_run, 
     # held them past its last one, so a second after the latest first line that is not after the earliest
     # last line, all of them were held
     logs = [wd / f"results/tiny/logs/train_small/d16_L1_s0_m{i}.log" for i in range(1, 7)]
-    logs.append(wd / "results/tiny/logs/train_baseline/d32_L2_t400000_lr0.003_s0.log")
+    logs.append(wd / "results/tiny/logs/train_baseline/d32_L2_t150000_lr0.003_s0.log")
     spans = [log_seconds(log.read_text()) for log in logs]
     assert max(s[0] for s in spans) + 1 <= min(s[-1] for s in spans), spans
     log = logs[-1].read_text()
     assert f"GPUs {where[BASELINE]} of {','.join(DEVICES)} claimed for this job" in log
 
-    for folder in [*MEMBERS, BASELINE]:  # the numbers of the run one job at a time
+    # one job at a time, no GPUs: the reference numbers of M_0 and of the members on the first and the last
+    # device a member held
+    by_device = sorted(MEMBERS, key=lambda folder: int(where[folder]))
+    compared = [by_device[0], by_device[-1], BASELINE]
+    monkeypatch.setenv("GROWLM_GPUS", "")
+    seq = fresh_copy(tiny_run, tmp_path / "one_at_a_time")
+    run_snakemake(seq, *[f"{m}/model.safetensors" for m in compared], "--cores", "1", "--configfile", str(TINY),
+                  "eight.yaml")
+    for folder in compared:
         assert ledger(wd / folder) == ledger(seq / folder), folder
         assert (wd / folder / "model.safetensors").read_bytes() == (seq / folder / "model.safetensors").read_bytes()
