@@ -180,28 +180,51 @@ def workflow_dir(tmp_path: Path) -> Path:
     return copy_workflow(tmp_path / "wf")
 
 
-def plan(workflow_dir: Path, *config: str, configfiles=()) -> tuple[str | None, list[tuple[str, list[str]]]]:
+def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
+         force: bool = False) -> tuple[str | None, list[tuple[str, list[str]]]]:
     """The workflow parsed and planned in this process through Snakemake's API, as `snakemake -n --config
-    *config --configfile config/config.yaml *configfiles` plans it (`--config` values read by the command
-    line's own snakemake.cli.parse_config): (the error the parse raised, or None; each planned job's rule and
-    outputs). About a tenth of a Snakemake start. Not for what needs the command line or the executor (a YAML
-    tag in --config, jobs across nodes) or what the terminal shows: those are real `snakemake -n` runs."""
+    *config --configfile config/config.yaml *configfiles [--force -- *targets]` plans it (`--config` values
+    read by the command line's own snakemake.cli.parse_config; the folder's profiles/default's rerun triggers
+    and checksum size, so a folder with results plans what the command line plans there; the Snakefile reads
+    that command line as sys.argv, as growlm's checks of a forced target do): (the error the parse raised, or
+    None; the rule and outputs of each job that needs to run, none for a finished run). About a tenth of a
+    Snakemake start. Not for what needs the command line or the executor (a YAML tag in --config, jobs across
+    nodes) or what the terminal shows: those are real `snakemake -n` runs."""
+    import yaml
     from snakemake.api import SnakemakeApi
-    from snakemake.cli import parse_config
+    from snakemake.cli import parse_config, parse_size_in_bytes
     from snakemake.exceptions import WorkflowError
-    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        Quietness,
+        RerunTrigger,
+        ResourceSettings,
+    )
 
     files = [workflow_dir / "config" / "config.yaml", *(Path(workflow_dir, f) for f in configfiles)]
+    profile = yaml.safe_load((Path(workflow_dir, "profiles", "default", "config.yaml")).read_text())
+    dag_settings = DAGSettings(targets=set(targets), forcetargets=force,
+                               rerun_triggers=RerunTrigger.parse_choices_set(profile["rerun-triggers"]),
+                               max_checksum_file_size=parse_size_in_bytes(profile["max-checksum-file-size"]))
+    argv = ["snakemake", "-n", "--cores", "1", *(["--configfile", *map(str, configfiles)] if configfiles else []),
+            *(["--config", *config] if config else []), *(["--force"] if force else []),
+            *(["--", *targets] if tuple(targets) != ("all",) else [])]  # `all`: no target named
+    saved_argv, sys.argv = sys.argv, argv
     try:
         with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
             wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=workflow_dir / "workflow" /
                               "Snakefile", workdir=workflow_dir, config_settings=ConfigSettings(
                                   config=parse_config(list(config)), configfiles=files))
-            wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
-            return None, [(job.rule.name, [str(f) for f in job.output]) for job in wf._workflow.dag.jobs
-                          if job.rule.name != "all"]
+            wf.dag(dag_settings).execute_workflow(executor="dryrun")
+            dag = wf._workflow.dag
+            return None, [(job.rule.name, [str(f) for f in job.output]) for job in dag.jobs
+                          if job.rule.name != "all" and dag.needrun(job)]
     except WorkflowError as err:
         return str(err), []
+    finally:
+        sys.argv = saved_argv
 
 
 @functools.cache

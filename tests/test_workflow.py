@@ -1,4 +1,5 @@
-"""The Snakemake workflow: dry runs, sweeps that rerun only what changed, bad config, lint, a real run."""
+"""The Snakemake workflow: plans (in this process, conftest's `plan`) and dry runs, sweeps that rerun only what
+changed, bad config, lint, a real run."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ import os
 import re
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, job_counts, plan, run_snakemake
+from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, plan, run_snakemake
+
+
+def planned_counts(workdir: Path, *config: str, configfiles=()) -> Counter:
+    """{rule: number of jobs} that `snakemake -n` plans in `workdir` (conftest's `plan`, in this process)."""
+    error, jobs = plan(workdir, *config, configfiles=configfiles)
+    assert error is None, error
+    return Counter(rule for rule, _ in jobs)
 
 
 def test_default_config_dry_run(workflow_dir):
-    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules").stdout
-    counts = job_counts(out)
+    counts = planned_counts(workflow_dir)
     assert counts["train_small"] == 2  # n = 2 members
     assert counts["train_baseline"] == 1
     assert counts["grow"] == counts["refine"] == 2  # msg and concat (controls.single_member is off)
@@ -27,9 +35,7 @@ def test_default_config_dry_run(workflow_dir):
 
 
 def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir):
-    out = run_snakemake(workflow_dir, "-n", "--cores", "2", "--quiet", "rules", "--config", "n_members=[2,3]",
-                        "d0=[32,64]", "d1=192", "methods=[msg,[concat,lemon]]").stdout
-    counts = job_counts(out)
+    counts = planned_counts(workflow_dir, "n_members=[2,3]", "d0=[32,64]", "d1=192", "methods=[msg,[concat,lemon]]")
     assert counts["train_small"] == 2 * 3  # members m1..m3 for each d0, shared across n
     assert counts["grow"] == counts["refine"] == 2 * 2 * 2  # (d0, n) x (msg, concat+lemon)
     assert counts["train_baseline"] == 1
@@ -147,9 +153,10 @@ def test_a_name_that_reads_as_a_number_is_its_text_and_a_yaml_tag_is_found_where
     assert config_tag_problems(["snakemake", "--config=methods=!!python/tuple [x]"])  # the option's inline form
 
 
-def test_members_no_method_reads_are_said_before_the_jobs(workflow_dir):
+def test_members_no_method_reads_are_said_before_the_jobs(workflow_dir, capsys):
     """msg grows from m_1 alone: n = 40 would train and evaluate 40 members (for the members' ensemble only),
-    said in one line before Snakemake plans a job; with a method that combines members, nothing is said."""
+    said in one line before Snakemake plans a job (a real dry run: the terminal's order); with a method that
+    combines members (the tiny config's), nothing is said while the Snakefile is parsed (conftest's `plan`)."""
     out = subprocess.run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "methods=[msg]",
                           "n_members=40"], cwd=workflow_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=600).stdout  # one stream: the line comes before the plan
@@ -157,16 +164,19 @@ def test_members_no_method_reads_are_said_before_the_jobs(workflow_dir):
             "are trained and evaluated (40 trainings); the other 39 serve only the members' ensemble "
             "(controls.ensemble). n: [1] trains what the methods read")
     assert line in out and out.index(line) < out.index("Building DAG of jobs"), out[-3000:]
-    combined = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY)).stderr
-    assert "no method of the sweep reads" not in combined
+    capsys.readouterr()
+    assert planned_counts(workflow_dir, configfiles=(TINY,))["train_small"] == 2
+    combined = capsys.readouterr()
+    assert "no method of the sweep reads" not in combined.out + combined.err
 
 
 def test_missing_source_file_is_named(workflow_dir):
+    """Without the bundled corpus the plan stops, naming the file it misses (conftest's `plan`)."""
     (workflow_dir / "workflow" / "resources").unlink()
     (workflow_dir / "workflow" / "resources").mkdir()
-    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", check=False)
-    assert proc.returncode != 0
-    assert "resources/corpus/pg" in proc.stdout + proc.stderr
+    error, jobs = plan(workflow_dir)
+    assert error is not None and not jobs
+    assert "resources/corpus/pg" in error, error
 
 
 def test_lint_is_clean(workflow_dir):
@@ -231,12 +241,13 @@ def test_the_report_of_an_unfinished_run_says_to_finish_it_first(workflow_dir):
 
 def test_a_finished_run_is_complete_and_a_moved_copy_reruns_nothing(tiny_run, tmp_path):
     """A finished run plans no job; nor does a copy of the project in another folder (inputs are
-    recorded relative to the working directory, so moving a project keeps every result)."""
-    assert "Nothing to be done" in run_snakemake(tiny_run, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+    recorded relative to the working directory, so moving a project keeps every result). Planned in this
+    process (conftest's `plan`, with the default profile's rerun triggers); the terminal's "Nothing to be
+    done" is test_a_clone_with_the_results_copied_in_reruns_nothing's real dry run."""
+    assert plan(tiny_run, configfiles=(TINY,)) == (None, [])
     moved = tmp_path / "moved"
     shutil.copytree(tiny_run, moved, symlinks=True)
-    out = run_snakemake(moved, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
-    assert "Nothing to be done" in out, out[-3000:]
+    assert plan(moved, configfiles=(TINY,)) == (None, [])
 
 
 def test_a_clone_with_the_results_copied_in_reruns_nothing(tiny_run, tmp_path):
@@ -278,16 +289,15 @@ def test_tiny_run_profiles_every_model_kind_and_reports_it(tiny_run):
 def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
     # concat puts the members side by side: three of width 16 cannot make width 32, and the check
     # says so before any job runs. LiGO combines any number of members, so the sweep uses it.
-    refused = run_snakemake(tiny_run, "-n", "--cores", "1", "--configfile", str(TINY),
-                            "--config", "n_members=[2,3]", check=False)
-    assert refused.returncode != 0
-    assert "concat of 3 members of width 16 needs width >= 48, not 32; d1 = 48 would work" in refused.stdout + refused.stderr
+    # (planned in this process: conftest's `plan`)
+    refused, _ = plan(tiny_run, "n_members=[2,3]", configfiles=(TINY,))
+    assert refused is not None
+    assert "concat of 3 members of width 16 needs width >= 48, not 32; d1 = 48 would work" in refused, refused
     overlay = tmp_path / "ligo.yaml"
     overlay.write_text("methods:\n  - [hyperclone, zero_block]\n  - [ligo, zero_block]\n")
 
     def planned(n):
-        return job_counts(run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
-                                        str(overlay), "--config", f"n_members={n}").stdout)
+        return planned_counts(tiny_run, f"n_members={n}", configfiles=(TINY, overlay))
 
     before, after = planned("[2]"), planned("[2,3]")
     added = {rule: after.get(rule, 0) - before.get(rule, 0) for rule in after}
@@ -317,9 +327,7 @@ def test_adding_a_member_reruns_only_what_it_touches(tiny_run, tmp_path):
 def test_a_training_setting_reruns_only_the_jobs_that_read_it(tiny_run, tmp_path, change, reruns, keeps):
     overlay = tmp_path / "change.yaml"
     overlay.write_text(change + "\n")
-    out = run_snakemake(tiny_run, "-n", "--cores", "1", "--quiet", "rules", "--configfile", str(TINY),
-                        str(overlay)).stdout
-    counts = job_counts(out)
+    counts = planned_counts(tiny_run, configfiles=(TINY, overlay))  # conftest's `plan`, in this process
     assert reruns <= set(counts), (change, counts)
     assert not keeps & set(counts), (change, counts)
 
@@ -372,9 +380,8 @@ def test_dry_run_over_every_registered_method(workflow_dir):
         else:
             chains.append(name)
     chains = sorted(set(chains)) + schedules()  # hyperclone and zero_block give the same chain
-    out = run_snakemake(workflow_dir, "-n", "--cores", "1", "--quiet", "rules", "--config",
-                        f"methods=[{','.join(chains)}]", "L0=2", "L1=4", "controls={single_member: true}").stdout
-    counts = job_counts(out)
+    counts = planned_counts(workflow_dir, f"methods=[{','.join(chains)}]", "L0=2", "L1=4",
+                            "controls={single_member: true}")
     n_chains = len(chains) - len(schedules())
     assert n_chains == len(OPERATORS) - len(schedules()) - 1
     # the multi-member chains (concat, stack_members, ligo, mango, msg_members, merge, teach) add a
