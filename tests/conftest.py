@@ -186,10 +186,12 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
     *config --configfile config/config.yaml *configfiles [--force -- *targets]` plans it (`--config` values
     read by the command line's own snakemake.cli.parse_config; the folder's profiles/default's rerun triggers
     and checksum size, so a folder with results plans what the command line plans there; the Snakefile reads
-    that command line as sys.argv, as growlm's checks of a forced target do): (the error the parse raised, or
-    None; the rule and outputs of each job that needs to run, none for a finished run). About a tenth of a
-    Snakemake start. Not for what needs the command line or the executor (a YAML tag in --config, jobs across
-    nodes) or what the terminal shows: those are real `snakemake -n` runs."""
+    that command line as sys.argv, as growlm's checks of a forced target do; the environment variables it sets
+    for its jobs are undone after): (the error the parse raised, or None; the rule and outputs of each job
+    that needs to run, none for a finished run). About a tenth of a Snakemake start. Not for what needs the
+    command line or the executor (a YAML tag in --config, jobs across nodes, the local executor's GROWLM_GPUS
+    check: under the API the Snakefile knows no executor) or what the terminal shows: those are real
+    `snakemake -n` runs."""
     import yaml
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_config, parse_size_in_bytes
@@ -211,7 +213,7 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
     argv = ["snakemake", "-n", "--cores", "1", *(["--configfile", *map(str, configfiles)] if configfiles else []),
             *(["--config", *config] if config else []), *(["--force"] if force else []),
             *(["--", *targets] if tuple(targets) != ("all",) else [])]  # `all`: no target named
-    saved_argv, sys.argv = sys.argv, argv
+    saved_argv, sys.argv, saved_env = sys.argv, argv, dict(os.environ)
     try:
         with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
             wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=workflow_dir / "workflow" /
@@ -223,8 +225,10 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
                           if job.rule.name != "all" and dag.needrun(job)]
     except WorkflowError as err:
         return str(err), []
-    finally:
+    finally:  # what the Snakefile set for its jobs (the user's command, thread counts) goes with it
         sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
 
 
 @functools.cache
