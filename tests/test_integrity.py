@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import TINY, job_counts, learnable_tokens, run_snakemake
+from conftest import TINY, learnable_tokens, plan, run_snakemake
 from growlm.errors import GrowlmError
 from growlm.model import build_model, load_model, save_model
 from growlm.tokenizer import fit_tokenizer, load_tokenizer
@@ -167,31 +167,30 @@ def test_a_workflow_run_names_a_damaged_input_in_one_line(tiny_run, tmp_path):
 
 def test_missing_and_empty_sources_are_named_at_every_run(workflow_dir):
     """A configured source must exist and hold text, checked when the Snakefile is parsed (every run,
-    not only the first)."""
+    not only the first; here in this process, conftest's `plan`)."""
     (workflow_dir / "empty.txt").write_text("")
     overlay = workflow_dir / "sources.yaml"
     overlay.write_text("corpus:\n  sources:\n"
                        "    - {name: a, level: 0, bundled: pg14642_mcguffey_eclectic_primer.txt}\n"
                        "    - {name: b, level: 1, path: empty.txt}\n"
                        "    - {name: c, level: 1, path: no_such_book.txt}\n")
-    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(overlay), check=False)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "corpus.sources[1] (b): path 'empty.txt': the file is empty" in text
+    text, _ = plan(workflow_dir, configfiles=(overlay,))
+    assert text is not None
+    assert "corpus.sources[1] (b): path 'empty.txt': the file is empty" in text, text
     assert "corpus.sources[2] (c): path 'no_such_book.txt': no such file" in text
 
 
 @pytest.mark.slow
 def test_sources_stay_checked_once_results_exist(tiny_run, tmp_path):
-    """The check runs at every parse: a book removed after the corpus was built still stops the run."""
+    """The check runs at every parse: a book removed after the corpus was built still stops the run (planned
+    in this process, conftest's `plan`)."""
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
     (wd / "workflow" / "resources").unlink()
     shutil.copytree(tiny_run / "workflow" / "resources", wd / "workflow" / "resources")
     (wd / "workflow" / "resources" / "corpus" / "pg18735_little_red_hen.txt").unlink()
-    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), check=False)
-    assert proc.returncode != 0
-    assert "bundled 'pg18735_little_red_hen.txt': no such file" in proc.stdout + proc.stderr
+    text, _ = plan(wd, configfiles=(TINY,))
+    assert text is not None and "bundled 'pg18735_little_red_hen.txt': no such file" in text, text
 
 
 def test_no_shell_command_noise_for_script_rules(workflow_dir):
@@ -216,9 +215,9 @@ def test_a_token_file_whose_record_is_gone_is_named_before_any_job(tiny_run, tmp
     assert proc.returncode != 0 and "Building DAG" not in text, text[-3000:]
     assert ("results/tiny/tokens/level1/train.npy is damaged (its sha256 record (.sha256 beside it) is gone, so its "
             "content cannot be checked); rebuild it and continue with `") in text, text[-3000:]
-    forced = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--force",
-                           "results/tiny/tokens/level1/train.npy")  # the printed command's first half, planned
-    assert "encode_split" in forced.stdout
+    # the printed command's first half, planned (in this process, conftest's `plan`)
+    error, forced = plan(wd, configfiles=(TINY,), targets=["results/tiny/tokens/level1/train.npy"], force=True)
+    assert error is None and "encode_split" in [rule for rule, _ in forced], (error, forced)
 
 
 @pytest.mark.slow
@@ -236,12 +235,13 @@ def test_a_half_written_file_a_failed_job_left_is_cleaned_or_named_with_a_comman
     text = proc.stdout + proc.stderr
     target = "results/tiny/models/small/d16_L1/s0/m1/model.safetensors"
     assert proc.returncode != 0 and f"--force {target} && " in text, text[-3000:]
-    forced = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--force", target)
-    assert "train_small" in forced.stdout
+    # the command planned (in this process, conftest's `plan`)
+    error, forced = plan(wd, configfiles=(TINY,), targets=[target], force=True)
+    assert error is None and "train_small" in [rule for rule, _ in forced], (error, forced)
     for name in ("model.safetensors", "config.json", "ledger.csv", "plan.json"):  # what Snakemake removes
         (member / name).unlink()
-    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--quiet", "rules")
-    assert job_counts(proc.stdout).get("train_small") == 1, proc.stdout[-2000:]
+    error, jobs = plan(wd, configfiles=(TINY,))
+    assert error is None and [rule for rule, _ in jobs].count("train_small") == 1, (error, jobs)
 
 
 def test_rebuild_targets_are_declared_outputs():

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SNAKEMAKE, TINY, job_counts, run_snakemake
+from conftest import SNAKEMAKE, TINY, job_counts, plan, run_snakemake
 from growlm import hints, outputs
 from growlm.errors import GrowlmError, damaged
 from growlm.tokenizer import fit_tokenizer, load_tokenizer
@@ -261,7 +261,7 @@ def test_a_damaged_input_stops_the_run_before_any_job_and_its_hint_rebuilds_it(t
     _run_printed(wd, again)
     assert outputs.damaged_files(wd / TINY_RESULTS) == []
     assert sorted(p.name for p in (wd / "results").iterdir()) == ["tiny"]  # no default experiment made
-    assert "Nothing to be done" in run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY)).stdout
+    assert plan(wd, configfiles=(TINY,)) == (None, [])  # nothing left to do (planned in this process)
 
 
 @pytest.mark.slow
@@ -313,12 +313,15 @@ def test_the_hints_for_a_model_and_a_grown_model_rebuild_them(tiny_copy):
 
 
 @pytest.mark.slow
-def test_vanished_models_are_made_again_and_never_reported_on(tiny_copy):
+def test_vanished_models_are_made_again_and_never_reported_on(tiny_copy, capsys):
+    """The plan (in this process, conftest's `plan`: what the Snakefile prints is captured) makes the vanished
+    member again and says so; the report (a real run) refuses."""
     wd = tiny_copy
     (wd / TINY_RESULTS / "models/small/d16_L1/s0/m1/model.safetensors").unlink()
-    proc = run_snakemake(wd, "-n", "--quiet", "rules", "--cores", "1", "--configfile", str(TINY))
-    assert job_counts(proc.stdout)["train_small"] == 1
-    assert "are gone (results/tiny/models/small/d16_L1/s0/m1/model.safetensors)" in proc.stderr
+    capsys.readouterr()
+    error, jobs = plan(wd, configfiles=(TINY,))
+    assert error is None and [rule for rule, _ in jobs].count("train_small") == 1, (error, jobs)
+    assert "are gone (results/tiny/models/small/d16_L1/s0/m1/model.safetensors)" in capsys.readouterr().err
     proc = run_snakemake(wd, "--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report2.html",
                          check=False)
     assert proc.returncode != 0 and "the report would describe models that no longer exist" in proc.stderr
@@ -326,15 +329,19 @@ def test_vanished_models_are_made_again_and_never_reported_on(tiny_copy):
 
 
 @pytest.mark.slow
-def test_two_experiments_in_one_folder_keep_both_reports(tiny_run, tiny2_run):
+def test_two_experiments_in_one_folder_keep_both_reports(tiny_run, tiny2_run, capsys):
     """A second experiment (another name, other settings: tiny2 of tests/conftest.py) run beside the tiny one,
     in a copy of its finished folder: both reports and comparisons stay; the tiny one's files are not touched
     (their dates are those of the finished tiny run the copy kept). Changing the settings under the same name
-    says that it rebuilds that experiment in place."""
+    says that it rebuilds that experiment in place (planned in this process, conftest's `plan`: what the
+    Snakefile prints is captured)."""
     wd = tiny2_run
-    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "corpus={val_fraction: 0.1}")
-    assert "holds the experiment 'tiny' made with other settings (corpus.val_fraction" in proc.stderr
-    assert "--config experiment=NAME" in proc.stderr
+    capsys.readouterr()
+    error, _ = plan(wd, "corpus={val_fraction: 0.1}", configfiles=(TINY,))
+    said = capsys.readouterr().err
+    assert error is None, error
+    assert "holds the experiment 'tiny' made with other settings (corpus.val_fraction" in said, said[-3000:]
+    assert "--config experiment=NAME" in said
     assert (wd / "results/tiny2/report.html").stat().st_size > 100_000
     assert (wd / TINY_RESULTS / "report.html").stat().st_size > 100_000
     before, after = ({p.relative_to(run): p.stat().st_mtime_ns for p in (run / TINY_RESULTS).rglob("*") if p.is_file()}
@@ -356,9 +363,10 @@ def test_a_finished_run_leaves_no_checkpoint(tiny_run):
 # ---------------------------------------------------------------------------------------------
 
 def test_impossible_values_are_named_before_any_job(workflow_dir):
-    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "--config", "d1=[32,32]",
-                         "seeds=[]", check=False)
-    text = proc.stdout + proc.stderr
+    """Named while the Snakefile is parsed (in this process, conftest's `plan`; what the terminal shows of a
+    config error: tests/test_workflow.py's test_a_bad_config_is_one_message_in_the_terminal)."""
+    text, _ = plan(workflow_dir, "d1=[32,32]", "seeds=[]", configfiles=(TINY,))
+    assert text is not None and text.startswith("config error: "), text
     assert "d1 = [32, 32]: 32 appears more than once" in text and "seeds = []: an empty list" in text, text[-3000:]
     (workflow_dir / "bad.yaml").write_text(
         "members: {data: shards, shards: 100000}\n"
@@ -367,17 +375,15 @@ def test_impossible_values_are_named_before_any_job(workflow_dir):
         "    - {name: '..', level: 1, bundled: pg18735_little_red_hen.txt}\n"
         "    - {name: c, level: 1, url: 'https://example.org/book.txt'}\n"
         "    - {name: d, level: 1, url: 'file:///etc/passwd', sha256: null}\n")
-    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "bad.yaml", check=False)
-    text = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    text, _ = plan(workflow_dir, configfiles=(TINY, "bad.yaml"))
+    assert text is not None
     for expected in ["corpus.sources[1] (..): a source's name is its folder",
                      "corpus.sources[2] (c): url 'https://example.org/book.txt' without sha256",
                      "corpus.sources[3] (d): url 'file:///etc/passwd' without sha256",
                      "members.shards = 100000: each member would read at most"]:
         assert expected in text, (expected, text[-4000:])
-    proc = run_snakemake(workflow_dir, "-n", "--cores", "1", "--configfile", str(TINY), "--config",
-                         "experiment=models", check=False)
-    assert "experiment = 'models': the default experiment keeps its models/ folder" in proc.stdout + proc.stderr
+    text, _ = plan(workflow_dir, "experiment=models", configfiles=(TINY,))
+    assert text is not None and "experiment = 'models': the default experiment keeps its models/ folder" in text, text
 
 
 def test_surprising_values_are_warnings_in_the_terminal(workflow_dir):
