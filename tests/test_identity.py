@@ -25,7 +25,9 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, SNAKEMAKE, TINY, job_counts, run_snakemake
+from collections import Counter
+
+from conftest import REPO, SNAKEMAKE, TINY, plan, run_snakemake
 from test_pretrained import FAST, members, members_in_tiny_copy
 
 
@@ -50,7 +52,7 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     """Two GPT-2 members of width 32 brought to the tiny experiment (M_1 of width 64, one arm of msg and one of
     concat), in a copy of the shared tiny run that keeps its corpus (test_pretrained's members_in_tiny_copy):
     the run goes up to the report's first page (summary.rst, after the comparison) and the six token files, and
-    every plan below asks for those."""
+    every plan below asks for those (planned in this process, conftest's `plan`)."""
     wd = members_in_tiny_copy(tiny_run, tmp_path / "wf")
     mine = members(wd / "mine", "gpt2", d=32)
     (wd / "pre.yaml").write_text(
@@ -71,8 +73,11 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     rows = list(csv.DictReader(open(wd / "results/tiny/eval/comparison.csv")))
     assert {r["members_origin"] for r in rows} == {"trained elsewhere"} and all(r["wall_ratio"] == "" for r in rows)
 
-    def would_run() -> dict[str, int]:
-        return job_counts(run_snakemake(wd, "-n", *args).stdout)
+    def would_run(*targets: str) -> Counter:
+        error, jobs = plan(wd, configfiles=(TINY, "pre.yaml"), targets=targets or ["results/tiny/report/summary.rst",
+                                                                                   *tokens])
+        assert error is None, error
+        return Counter(rule for rule, _ in jobs)
 
     m1, m2 = Path(mine[0]) / "model.safetensors", Path(mine[1]) / "model.safetensors"
     original, stat1, original2 = m1.read_bytes(), m1.stat(), m2.read_bytes()
@@ -152,7 +157,7 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
             (moved / "config.json").read_text())["vocab_size"], kind
     assert json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text()) == json.loads(
         (moved / "tokenizer.json").read_text())
-    assert job_counts(run_snakemake(wd, "-n", *targets, *options).stdout) == {}  # nothing left for a second run
+    assert would_run(*targets) == {}  # nothing left for a second run
 
 
 @pytest.mark.slow
@@ -176,8 +181,8 @@ def test_a_bundled_book_put_back_with_its_old_date_is_read_again(tiny_run, tmp_p
     assert "zebraquark" in corpus()
     subprocess.run(["cp", "-p", str(REPO / "workflow" / "resources" / "corpus" / name), str(book)], check=True)
     assert book.stat().st_mtime < (wd / level[0]).stat().st_mtime  # the original's date: older than the corpus
-    jobs = job_counts(run_snakemake(wd, *level, "-n", "--quiet", "rules", *args).stdout)  # targets first
-    assert jobs.get("prepare_source") == 1, jobs
+    error, jobs = plan(wd, configfiles=(TINY,), targets=level)  # in this process (conftest's `plan`)
+    assert error is None and [rule for rule, _ in jobs].count("prepare_source") == 1, (error, jobs)
     run_snakemake(wd, *level, *args)
     assert "zebraquark" not in corpus() and " hen " in corpus()
 
@@ -298,16 +303,19 @@ def test_the_schema_defaults_are_config_yaml_s():
     assert not differ, differ
 
 
-def test_reordering_methods_reruns_nothing_and_adding_one_names_nothing_gone(tiny_run, tmp_path):
+def test_reordering_methods_reruns_nothing_and_adding_one_names_nothing_gone(tiny_run, tmp_path, capsys):
+    """Planned in this process (conftest's `plan`: what the Snakefile prints is captured)."""
     wd = tmp_path / "wf"
     shutil.copytree(tiny_run, wd, symlinks=True)
     methods = yaml.safe_load(TINY.read_text())["methods"]
     flipped = json.dumps(methods[::-1]).replace('"', "")
-    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", f"methods={flipped}")
-    assert job_counts(proc.stdout) == {}, proc.stdout[-2000:]
+    assert plan(wd, f"methods={flipped}", configfiles=(TINY,)) == (None, [])
     added = json.dumps([*methods, "msg"]).replace('"', "")
-    proc = run_snakemake(wd, "-n", "--cores", "1", "--configfile", str(TINY), "--config", f"methods={added}")
-    assert job_counts(proc.stdout).get("refine", 0) >= 1 and "are gone" not in proc.stderr, proc.stderr[-2000:]
+    capsys.readouterr()
+    error, jobs = plan(wd, f"methods={added}", configfiles=(TINY,))
+    said = capsys.readouterr().err
+    assert error is None and "refine" in [rule for rule, _ in jobs], (error, jobs)
+    assert "are gone" not in said, said[-2000:]
 
 
 def test_a_printed_command_runs_as_printed(monkeypatch):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY, run_snakemake
+from conftest import TINY, plan
 from growlm.errors import GrowlmError
 from growlm.methods import METHODS, OPERATORS
 from growlm.train_config import TrainConfig
@@ -79,20 +79,19 @@ def test_a_wsd_run_that_cannot_take_its_schedule_is_refused_naming_why():
 def test_a_schedule_a_stage_cannot_take_is_named_at_the_dry_run(workflow_dir):
     """Every stage's schedule is checked before any job: the members' wsd decay inside their warm-up
     names train.small, a refinement's names the method and budget, and growth before the decay of
-    members that have none names members.source; all in one message."""
+    members that have none names members.source; all in one message (the workflow parsed in this process:
+    conftest's `plan`)."""
     (workflow_dir / "bad.yaml").write_text(
         "train: {small: {warmup_steps: 45, schedule: wsd}, refine: {warmup_steps: 90, schedule: wsd}}\n"
         "members: {source: before_decay}\n")
-    proc = run_snakemake(workflow_dir, "-n", "--configfile", str(TINY), "bad.yaml", check=False)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
+    out, _ = plan(workflow_dir, configfiles=(TINY, "bad.yaml"))
+    assert out is not None
     assert "train.small (the members): its wsd decay (9 of 46 steps) would begin at step 37, inside its warm-up " \
            "of 45 steps" in out
     assert "train.refine (hyperclone+zero_block, budget 24000): its wsd decay" in out
     (workflow_dir / "bad.yaml").write_text("members: {source: before_decay}\n")
-    proc = run_snakemake(workflow_dir, "-n", "--configfile", str(TINY), "bad.yaml", check=False)
-    assert proc.returncode != 0
-    assert "members.source = before_decay: the members train under the cosine" in proc.stdout + proc.stderr
+    out, _ = plan(workflow_dir, configfiles=(TINY, "bad.yaml"))
+    assert out is not None and "members.source = before_decay: the members train under the cosine" in out, out
 
 
 # ------------------------------------------------------------------------------------------------
