@@ -35,8 +35,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM_360M_PARAMS = 361_821_120
@@ -57,6 +59,8 @@ def member(shape: dict, dtype: torch.dtype):
 
 def forward_backward_seconds(model, tokens: int, reps: int = 2) -> tuple[float, float]:
     """(wall, CPU) seconds of one forward+backward of a float32 copy of `model` on one window."""
+    import torch
+
     m = model.float().train()
     x = torch.randint(0, m.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     out = []
@@ -72,6 +76,8 @@ def make_member(out: Path) -> None:
     """The workflow's member: a random float32 Llama of SmolLM2-135M's shape saved as a save_pretrained
     folder with a byte-level BPE tokenizer fitted on the bundled books (asked for 49152 tokens; the books
     give fewer, so the ids in use are the first ones of the member's 49152)."""
+    import torch
+
     from growlm.model import save_model
     from growlm.tokenizer import fit_tokenizer, vocab_size
 
@@ -85,7 +91,9 @@ def make_member(out: Path) -> None:
 
 
 def one(args) -> dict:
-    """One growth in this process (the child of `main`)."""
+    """One growth in this process (the child of `main`, which itself does not import torch)."""
+    import torch
+
     from growlm.growth import GrownModel, grow
     from growlm.growth.algebra import float64_norms
 
