@@ -31,8 +31,7 @@ GPU_OVERLAY = BENCH / "gpu_check.yaml"
 
 # the GPU recipe's shapes (config/gpu.yaml), at which MFU and the refinement are measured
 SHAPE = ["--layers", "12", "--context", "512", "--vocab", "8192", "--head-dim", "64", "--batch", "64"]
-SMOKE_MFU = ["--device", "cpu", "--sizes", "32,64", "--layers", "2", "--context", "64", "--vocab", "256",
-             "--head-dim", "16", "--batch", "4", "--warm", "1", "--steps", "2", "--reps", "2"]
+SMOKE_MFU = ["--cpu-smoke"]  # bench/gpu.py's own tiny CPU form: d 32 and 64, 2 layers, context 64, vocabulary 256
 
 
 class OutOfTime(Exception):

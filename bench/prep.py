@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
 
 
-def generate(path: Path, megabytes: int, seed: int = 0) -> None:
-    """Stories built from the bundled readers' sentences (see the module docstring)."""
+def bundled_sentences() -> list[str]:
+    """The sentences of the default config's bundled readers, cleaned and split as the workflow does."""
     import yaml
 
     from growlm import corpus
@@ -50,6 +50,11 @@ def generate(path: Path, megabytes: int, seed: int = 0) -> None:
     for s in config["corpus"]["sources"]:
         text = corpus.read_source(REPO / "workflow" / "resources" / "corpus" / s["bundled"])
         sentences += corpus.split_sentences(corpus.clean_gutenberg(text))
+    return sentences
+
+
+def generate(path: Path, megabytes: int, sentences: list[str], seed: int = 0) -> None:
+    """Stories built from the bundled readers' sentences (see the module docstring)."""
     rng = random.Random(seed)
     target = megabytes * 1_000_000
     written = 0
@@ -191,15 +196,22 @@ def main() -> None:
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     sample, tok_dir = base / "sample.txt", base / "tokenizer"
+    sentences = []  # split once (the costly part of generating: every bundled reader through pysbd), when needed
+
+    def stories(path: Path, megabytes: int, seed: int = 0) -> None:
+        if not sentences:
+            sentences.extend(bundled_sentences())
+        generate(path, megabytes, sentences, seed=seed)
+
     if not (tok_dir / "tokenizer.json").is_file():
-        generate(sample, args.sample_mb, seed=99)
+        stories(sample, args.sample_mb, seed=99)
         fit(sample, tok_dir)
     rows = []
     for size in args.sizes:
         raw = base / f"stories_{size}mb.txt"
         if not raw.is_file():
             t = time.perf_counter()
-            generate(raw, size)
+            stories(raw, size)
             print(f"generated {raw.name} in {time.perf_counter() - t:.0f} s", flush=True)
         ref = measure("reference", raw, tok_dir, base / "work", args.cores)
         ours = measure("growlm", raw, tok_dir, base / "work", args.cores)

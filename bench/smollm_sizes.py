@@ -3,8 +3,8 @@
 The member is a random Llama of SmolLM2-135M's shape (d 576, 30 layers, 9 heads, 3 key/value heads, MLP
 1536, vocabulary 49152, tied head); it is grown with `growlm.growth.grow` to SmolLM2-360M's shape (d 960,
 32 layers: 15 heads, 5 key/value heads, MLP 2560) by lemon+zero_block, msg and net2net+zero_block. Each
-growth runs in its own process (so its peak memory is its own) and reports, against yardsticks measured
-in the same run:
+growth runs in its own process (so its peak memory is its own; --quick runs the three in one process: at
+its sizes the peak is the interpreter's) and reports, against yardsticks measured in the same run:
 
 - the growth's wall-clock and CPU time, as a ratio to one forward+backward of the member (float32, one
   window of --tokens tokens, timed in the same process just before the growth);
@@ -35,8 +35,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM_360M_PARAMS = 361_821_120
@@ -57,6 +59,8 @@ def member(shape: dict, dtype: torch.dtype):
 
 def forward_backward_seconds(model, tokens: int, reps: int = 2) -> tuple[float, float]:
     """(wall, CPU) seconds of one forward+backward of a float32 copy of `model` on one window."""
+    import torch
+
     m = model.float().train()
     x = torch.randint(0, m.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
     out = []
@@ -72,6 +76,8 @@ def make_member(out: Path) -> None:
     """The workflow's member: a random float32 Llama of SmolLM2-135M's shape saved as a save_pretrained
     folder with a byte-level BPE tokenizer fitted on the bundled books (asked for 49152 tokens; the books
     give fewer, so the ids in use are the first ones of the member's 49152)."""
+    import torch
+
     from growlm.model import save_model
     from growlm.tokenizer import fit_tokenizer, vocab_size
 
@@ -84,8 +90,10 @@ def make_member(out: Path) -> None:
     print(f"{out}: tokenizer of {vocab_size(tok)} tokens, model vocabulary {SHAPES['smollm']['V']}")
 
 
-def one(args) -> dict:
-    """One growth in this process (the child of `main`)."""
+def one(args, name: str) -> dict:
+    """The growth by method `name` in this process (a child of `main`, which itself does not import torch)."""
+    import torch
+
     from growlm.growth import GrownModel, grow
     from growlm.growth.algebra import float64_norms
 
@@ -96,7 +104,7 @@ def one(args) -> dict:
     member_bytes = sum(p.numel() * p.element_size() for p in src.parameters())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t, c = time.perf_counter(), time.process_time()
-    grown = grow([src], METHODS[args.one], n_embd=shape["d1"], n_layer=shape["L1"], seed=0)
+    grown = grow([src], METHODS[name], n_embd=shape["d1"], n_layer=shape["L1"], seed=0)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     core = grown.inner if isinstance(grown, GrownModel) else grown
@@ -109,7 +117,7 @@ def one(args) -> dict:
         plain = float((grown(input_ids=x).logits - src(input_ids=x).logits).abs().max())
         float64_norms(src)
         err = float((grown(input_ids=x).logits - src(input_ids=x).logits).abs().max())
-    return {"method": args.one, "dtype": args.dtype, "threads": args.threads, "wall_s": wall, "cpu_s": cpu,
+    return {"method": name, "dtype": args.dtype, "threads": args.threads, "wall_s": wall, "cpu_s": cpu,
             "ref_wall_s": ref_wall, "ref_cpu_s": ref_cpu, "peak_rss_bytes": peak, "rss_before_bytes": rss_before,
             "member_bytes": member_bytes, "err_float64": err, "err_vs_transformers_member": plain, "params": params,
             "heads": cfg.num_attention_heads, "kv_heads": cfg.num_key_value_heads,
@@ -124,22 +132,24 @@ def main(argv=None) -> int:
     ap.add_argument("--method", action="append", choices=sorted(METHODS), help="default: all three")
     ap.add_argument("--quick", action="store_true", help="a small shape (smoke test)")
     ap.add_argument("--make-member", metavar="DIR", help="write the workflow's member folder there and stop")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--one", action="append", help=argparse.SUPPRESS)
     ap.add_argument("--shape", default="smollm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.make_member:
         make_member(Path(args.make_member))
         return 0
     if args.one:
-        print(json.dumps(one(args)))
+        for name in args.one:
+            print(json.dumps(one(args, name)), flush=True)
         return 0
     shape = "quick" if args.quick else "smollm"
+    names = args.method or list(METHODS)
     rows = []
-    for name in args.method or list(METHODS):
-        cmd = [sys.executable, __file__, "--one", name, "--shape", shape, "--dtype", args.dtype,
-               "--threads", str(args.threads), "--tokens", str(args.tokens)]
+    for group in [names] if args.quick else [[name] for name in names]:  # a process per growth (--quick: one)
+        cmd = [sys.executable, __file__, *(w for name in group for w in ("--one", name)), "--shape", shape,
+               "--dtype", args.dtype, "--threads", str(args.threads), "--tokens", str(args.tokens)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows += [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(group):]]
     print(f"shape {shape}, {args.dtype}, {args.threads} thread(s); yardstick: one forward+backward of the member "
           f"(float32, {args.tokens} tokens)")
     print("| method | grow wall s | grow CPU s | wall / fwd+bwd | CPU / fwd+bwd | peak RSS GB | peak RSS / member "

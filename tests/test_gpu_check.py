@@ -1,6 +1,7 @@
 """bench/gpu_check, the one command of every GPU figure, checked on the CPU.
 
-`--smoke` runs the same parts at tiny sizes: env, MFU beside the reference loop, the refinement benchmark
+`--smoke` runs the same parts at tiny sizes: env, MFU beside the reference loop (`bench/gpu.py --cpu-smoke`),
+the refinement benchmark (`bench/refine_speed.py --quick`; what both print is checked too, in their logs)
 and the workflow (on a copy of the shared tiny run, which Snakemake continues), each writing its CSV
 folder; ncu and the memory planner, which need a GPU, are skipped with one line saying why, and the
 summary names every part. The orchestration itself is checked on small commands: a part that fails, one
@@ -13,6 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,12 +57,20 @@ def test_smoke_runs_every_part_it_can_and_names_the_rest(tiny_run, tmp_path):
 
     found = {r["key"]: r["value"] for r in rows(out / "env" / "env.csv")}
     assert found["torch"].startswith("2.") and found["cuda"] == "False" and found["python"] == sys.version.split()[0]
-    mfu = rows(out / "mfu" / "mfu_eager.csv")  # growlm's loop beside the reference loop, in the same process
+    # mfu is `bench/gpu.py --cpu-smoke`: growlm's loop beside the reference loop, in the same process
+    assert "MFU n/a" in (out / "mfu" / "log.txt").read_text()
+    assert (out / "mfu" / "mfu_eager.csv").read_text().startswith("d,")
+    mfu = rows(out / "mfu" / "mfu_eager.csv")
     assert [r["d"] for r in mfu] == ["32", "64"]
-    assert all(float(r["tokens_per_s"]) > 0 and float(r["ratio_to_reference"]) > 0 for r in mfu)
-    refine = rows(out / "refine" / "refine_speed.csv")
+    assert all(float(r["tokens_per_s"]) > 0 and float(r["ratio_to_reference"]) > 0 and float(r["ref_tokens_per_s"]) > 0
+               for r in mfu)
+    refine = rows(out / "refine" / "refine_speed.csv")  # `bench/refine_speed.py --quick`
     assert {(r["compile"], r["arm"]) for r in refine} == {("off", a) for a in ("msg", "concat", "vcycle")}
     assert all(float(r["during"]) > 0 and float(r["after"]) > 0 for r in refine)
+    printed = (out / "refine" / "log.txt").read_text().strip().splitlines()
+    m = re.fullmatch(r"refine_speed during=([0-9.]+) after=([0-9.]+)", printed[-1])
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, printed[-20:]
+    assert {"msg", "concat", "vcycle"} <= {line.split()[1] for line in printed if line.startswith("    off")}
 
     jobs = rows(out / "workflow" / "rules.csv")  # every job of the tiny run, with its wall time
     by_rule = {r["rule"] for r in jobs}
