@@ -173,8 +173,8 @@ def run_mfu(ctx, folder: Path) -> None:
     """One process per compile mode; a mode that fails leaves the next one its turn."""
     failed = []
     for mode in mfu_modes(ctx):
-        args = SMOKE_MFU if ctx.smoke else ["--device", "cuda", "--sizes", ",".join(mfu_sizes(ctx)), *SHAPE, "--warm", "5",
-                                            "--steps", "20", "--compile", mode]
+        args = SMOKE_MFU if ctx.smoke else ["--device", "cuda", "--sizes", ",".join(mfu_sizes(ctx)), *SHAPE,
+                                            "--warm", "5", "--steps", "20", "--compile", mode]
         try:
             ctx.run([ctx.python, BENCH / "gpu.py", *args, "--out", folder / f"mfu_{mode}.csv"], log=folder / "log.txt")
         except Failed as err:
