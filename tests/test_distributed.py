@@ -1,6 +1,7 @@
 """Two CPU processes (torchrun, gloo) under DDP and FSDP2 follow the same loss curve as one process
 with the same global batch (relative tolerance 1e-4); only rank 0 writes; checkpoints are
-strategy-independent. About 40 s on two cores (two torchrun launches)."""
+strategy-independent. FSDP2 runs under one torchrun agent, DDP under two agents that meet at one
+rendezvous (as on two nodes), reading the ranks' losses every third step."""
 
 import contextlib
 import csv
@@ -89,40 +90,33 @@ def check_same_curve(d: Path, name: str, dense_log_steps: int = TRAIN["dense_log
     assert summary["world"] == 2 and summary["flops"] == int(ref_rows[-1]["flops"])  # FLOPs of the global batch
 
 
-@pytest.mark.parametrize("strategy,micro", [("ddp", 2), ("fsdp", 4)])
-def test_two_processes_match_one(setup, strategy, micro):
-    d = setup
-    proc = run_torchrun(d, strategy, strategy, micro)
-    check_same_curve(d, strategy)
-    # rank 0 alone wrote: one ledger, whole checkpoints, one saved model that loads without torchrun
-    assert proc.stdout.count("step 10/10") == 1
-    assert sorted(p.name for p in (d / f"{strategy}_ck").iterdir()) == ["step_00000004", "step_00000008"]
-    assert not list((d / f"{strategy}_ck").glob(".tmp*"))
-    model = load_model(d / f"{strategy}_model")
-    assert (d / f"{strategy}_model" / "ledger.csv").is_file()
-    # the checkpoint is strategy-independent: a single process resumes from it, bit-for-bit the state
+def check_rank_0_wrote(d: Path, name: str, output: str):
+    """Rank 0 alone wrote: one ledger, whole checkpoints, one saved model that loads without torchrun; the
+    checkpoint is strategy-independent: a single process resumes from it, bit-for-bit the state."""
     from growlm import checkpoint
     from growlm.train import make_optimizer
 
+    assert output.count("step 10/10") == 1
+    assert sorted(p.name for p in (d / f"{name}_ck").iterdir()) == ["step_00000004", "step_00000008"]
+    assert not list((d / f"{name}_ck").glob(".tmp*"))
+    model = load_model(d / f"{name}_model")
+    assert (d / f"{name}_model" / "ledger.csv").is_file()
     spec = dict(MODEL)
     fresh = build_model(seed=99, **{k: v for k, v in spec.items() if k != "seed"})
-    state = checkpoint.load_latest(d / f"{strategy}_ck", fresh, make_optimizer(fresh, TrainConfig(**TRAIN)),
+    state = checkpoint.load_latest(d / f"{name}_ck", fresh, make_optimizer(fresh, TrainConfig(**TRAIN)),
                                    log=lambda s: None)
     assert state["step"] == 8
     assert any(p.abs().sum() > 0 for p in fresh.parameters())
     assert model.config.n_embd == MODEL["n_embd"]
 
 
-def test_reading_the_losses_every_third_step_keeps_the_ranks_mean_and_the_running_average(setup):
-    """sync_every 3 under DDP: the ranks' losses are read and all-reduced three steps at a time (one
-    collective for the pending steps and the stop decision); the dense rows of steps 1-2, the running
-    average at every evaluation and the validation losses are those of the one-process reference."""
+def test_two_processes_match_one(setup):
+    """FSDP2 (micro-batches of 4) under one torchrun agent: every step's loss is the one-process
+    reference's. DDP's run is test_two_node_agents_meet_at_one_rendezvous_and_match_one_process."""
     d = setup
-    (d / "train_sync3.json").write_text(json.dumps({**TRAIN, "dense_log_steps": 2, "sync_every": 3}))
-    run_torchrun(d, "ddp_sync3", "ddp", 2, train_json="train_sync3.json")
-    check_same_curve(d, "ddp_sync3", dense_log_steps=2)
-    rows = list(csv.DictReader(open(d / "ddp_sync3.csv")))
-    assert [int(r["step"]) for r in rows] == [0, 1, 2, 5, 10]
+    proc = run_torchrun(d, "fsdp", "fsdp", 4)
+    check_same_curve(d, "fsdp")
+    check_rank_0_wrote(d, "fsdp", proc.stdout)
 
 
 def test_launch_command():
@@ -164,16 +158,21 @@ def test_training_job_launches_torchrun_when_asked_for_several_processes(tmp_pat
 
 def test_two_node_agents_meet_at_one_rendezvous_and_match_one_process(setup):
     """Two torchrun agents, as srun starts one on each node of a job across nodes (`growlm.node_agent`,
-    `--nnodes 2`, a c10d rendezvous), here both on 127.0.0.1 without SLURM: one world of two processes,
-    which follows the one-process curve with the same global batch; growlm.json says where each rank ran
-    (two node ranks), and the interface variable reaches every process."""
+    `--nnodes 2`, a c10d rendezvous), here both on 127.0.0.1 without SLURM: one world of two processes under
+    DDP (two micro-batches of 2 a step), which follows the one-process curve with the same global batch;
+    growlm.json says where each rank ran (two node ranks), and the interface variable reaches every process.
+    Rank 0 alone writes (check_rank_0_wrote). The run reads the losses every third step (sync_every 3): the
+    ranks' losses are read and all-reduced three steps at a time (one collective for the pending steps and
+    the stop decision); the dense rows of steps 1-2, the running average at every evaluation and the
+    validation losses are those of the one-process reference."""
     from growlm.launch import free_port
 
     d, name = setup, "nodes"
+    (d / "train_sync3.json").write_text(json.dumps({**TRAIN, "dense_log_steps": 2, "sync_every": 3}))
     base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
                      device="cpu", memory_limit_gb=1, measure=False)
     write_plan(dataclasses.replace(base, strategy="ddp", micro_batch_size=2, grad_accum_steps=2), d / "nodes_plan.json")
-    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train_sync3.json").read_text()), device="cpu"),
                       out_dir=d / "nodes_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
                       start={"build": MODEL}, ckpt_dir=d / "nodes_ck", plan_file=d / "nodes_plan.json",
                       ledger_file=d / "nodes.csv", summary_file=d / "nodes.json")
@@ -186,7 +185,9 @@ def test_two_node_agents_meet_at_one_rendezvous_and_match_one_process(setup):
                                stderr=subprocess.STDOUT, text=True) for i in (1, 0)]  # the host need not start first
     outputs = [a.communicate(timeout=240)[0] for a in agents]
     assert all(a.returncode == 0 for a in agents), "\n".join(o[-3000:] for o in outputs)
-    check_same_curve(d, name)
+    check_same_curve(d, name, dense_log_steps=2)
+    assert [int(r["step"]) for r in csv.DictReader(open(d / "nodes.csv"))] == [0, 1, 2, 5, 10]
+    check_rank_0_wrote(d, name, "".join(outputs))
     where = json.loads((d / "nodes_model" / "growlm.json").read_text())["where"]
     assert where["world"] == 2 and sorted(r["node_rank"] for r in where["ranks"]) == [0, 1]
     assert sorted(r["rank"] for r in where["ranks"]) == [0, 1]
