@@ -245,6 +245,9 @@ def main(argv=None) -> int:
         unknown = [n for n in opt.split(",") if n and n not in names]
         if unknown:
             p.error(f"unknown part(s) {', '.join(unknown)}: the parts are {', '.join(names)}")
+    widths = [d for d in args.mfu_sizes.split(",") if d]
+    if not widths or not all(d.isdigit() and int(d) > 0 for d in widths):
+        p.error(f"--mfu-sizes {args.mfu_sizes!r}: widths d are positive integers, comma-separated (768,1024)")
     asked = set(args.only.split(",")) | {"env"} if args.only else set(names)
     asked -= set(args.skip.split(",")) - {"env"}
     work = args.work.resolve()
@@ -252,7 +255,7 @@ def main(argv=None) -> int:
     ctx = Context(out=args.out.resolve(), work=work, smoke=args.smoke, deadline=t_start + 60 * args.minutes,
                   env=environment(work),
                   options={"mfu_modes": [m for m in args.mfu_modes.split(",") if m],
-                           "mfu_sizes": [d for d in args.mfu_sizes.split(",") if d],
+                           "mfu_sizes": widths,
                            "workflow_dir": args.workflow_dir.resolve() if args.workflow_dir else None,
                            "memory_ladder_s": args.memory_ladder_s})
     ctx.out.mkdir(parents=True, exist_ok=True)

@@ -179,6 +179,9 @@ def test_unknown_parts_are_refused_naming_the_parts(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "mfu,gpus", "--out", "/nonexistent"])
     assert "unknown part(s) gpus: the parts are env, mfu, refine, workflow, ncu, memory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a width that is not one, before any part runs
+        gpu_check.main(["--mfu-sizes", "768,1k", "--out", "/nonexistent"])
+    assert "--mfu-sizes '768,1k': widths d are positive integers" in capsys.readouterr().err
 
 
 def test_break_even_ramp_is_compile_seconds_over_seconds_saved_per_step():
