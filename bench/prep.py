@@ -26,6 +26,7 @@ counted once per process, so an overstatement). The last line is
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -39,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
 
 
+@functools.cache  # once a run: every bundled reader through pysbd is the costly part of generating
 def bundled_sentences() -> list[str]:
     """The sentences of the default config's bundled readers, cleaned and split as the workflow does."""
     import yaml
@@ -53,8 +55,9 @@ def bundled_sentences() -> list[str]:
     return sentences
 
 
-def generate(path: Path, megabytes: int, sentences: list[str], seed: int = 0) -> None:
+def generate(path: Path, megabytes: int, seed: int = 0) -> None:
     """Stories built from the bundled readers' sentences (see the module docstring)."""
+    sentences = bundled_sentences()
     rng = random.Random(seed)
     target = megabytes * 1_000_000
     written = 0
@@ -196,22 +199,15 @@ def main() -> None:
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     sample, tok_dir = base / "sample.txt", base / "tokenizer"
-    sentences = []  # split once (the costly part of generating: every bundled reader through pysbd), when needed
-
-    def stories(path: Path, megabytes: int, seed: int = 0) -> None:
-        if not sentences:
-            sentences.extend(bundled_sentences())
-        generate(path, megabytes, sentences, seed=seed)
-
     if not (tok_dir / "tokenizer.json").is_file():
-        stories(sample, args.sample_mb, seed=99)
+        generate(sample, args.sample_mb, seed=99)
         fit(sample, tok_dir)
     rows = []
     for size in args.sizes:
         raw = base / f"stories_{size}mb.txt"
         if not raw.is_file():
             t = time.perf_counter()
-            stories(raw, size)
+            generate(raw, size)
             print(f"generated {raw.name} in {time.perf_counter() - t:.0f} s", flush=True)
         ref = measure("reference", raw, tok_dir, base / "work", args.cores)
         ours = measure("growlm", raw, tok_dir, base / "work", args.cores)
