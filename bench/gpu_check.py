@@ -18,23 +18,24 @@ leaves the others their GPU:
 - `refine`: `bench/refine_speed.py` at d 768 of the same shape: msg, concat and the V-cycle against M_0,
   eager, compiled with the ramps eager and with them compiled, and the ramp length from which
   `train.compile_ramps` pays: `refine/refine_speed.csv`.
+- `memory`: `bench/memory.py --gpu`: the largest model that trains under an 8 GiB cap naively and with
+  the planner (its ladder held to `--memory-ladder-s`), and the planner's throughput against naive:
+  `memory/memory_gpu.csv`.
 - `workflow`: the workflow itself, `snakemake --profile profiles/gpu --configfile config/config.yaml
   bench/gpu_check.yaml` (nine bundled readers; members 384 x 6, M_0 and M_1 768 x 12, msg; three GPU jobs
   at a time) in a folder of its own, to the comparison and the Nsight Compute profiles of M_0 and M'_1,
   no network (HF_HUB_OFFLINE), `TORCH_LOGS=recompiles`; its corpus jobs (CPU only) run in the background
-  while mfu and refine use the GPU. Every job's wall time (`workflow/rules.csv`, per rule
+  while mfu, refine and memory use the GPU. Every job's wall time (`workflow/rules.csv`, per rule
   `rule_totals.csv`), every training job's tokens/s, MFU, compile seconds and recompilations
   (`training.csv`), the comparison (`comparison.csv`). It is cut from the GPU recipe to fit the 8 minutes
   (the concat arm, most books, the member's profile, the report, the budgets); `summary.csv` says so.
 - `ncu`: the Nsight Compute tables of that run's profile jobs (M_0, M'_1): `ncu/<kind>/`.
   Where ncu is missing or cannot read counters the workflow runs without profile jobs.
-- `memory`: `bench/memory.py --gpu`: the largest model that trains under an 8 GiB cap naively and with
-  the planner (its ladder held to `--memory-ladder-s`), and the planner's throughput against naive:
-  `memory/memory_gpu.csv`.
 
 A part whose tool is missing (no CUDA device, no ncu) is skipped with one line saying why; one that would
 not fit in the time left (its estimate, `gpu_check_parts.PARTS`, from what the parts took on one H100; the
-five add up to 403 s of the default 480) is skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
+five add up to 403 s of the default 480; the workflow's, the least sure, comes last but for ncu, so the margin is
+its own) is skipped and named; one that fails or is stopped at the time limit keeps the files it wrote, and the next part runs.
 Each part writes its folder when it ends, and `summary.csv` (every part, whether it ran, its seconds, what
 it cut to fit and its main figures) is rewritten after each; the table is printed at the end. The parts share one compile
 cache (`--work`/torchinductor, or $TORCHINDUCTOR_CACHE_DIR), as the workflow's jobs share theirs, so

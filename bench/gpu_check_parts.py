@@ -461,8 +461,10 @@ def memory_figures(ctx, folder: Path) -> str:
 # (workflow_rules.csv, measured at twice the cut budgets, so an upper bound on its training): M_0 (51 s; the
 # members, 28 and 47 s, beside it, three GPU jobs at a time), grow (19 s), the refinement (38 s; the two profiles,
 # 25-31 s, beside it), M_1's evaluation (14 s), the comparison (3 s): 125 s, plus Snakemake's own start, 130 s
-# (tests/test_gpu_check.py recomputes it from the CSV). The corpus jobs are done while mfu and refine run. The five
-# add up to 403 s of the 480: a margin of 77 s.
+# (tests/test_gpu_check.py recomputes it from the CSV). The corpus jobs are done while mfu, refine and memory run.
+# The five add up to 403 s of the 480: a margin of 77 s. The workflow's is the least sure of them (its jobs were
+# measured one GPU job at a time, and here three share the GPU), so it runs last, with ncu, which reads its
+# tables: the margin is then its own, and it may take 1.5 times its estimate with every part still run.
 PARTS = [
     Part("env", "the card, driver, torch, CUDA and Nsight Compute", 18, 15, run_env, env_figures),
     Part("mfu", "MFU of growlm's step (d 768; --mfu-sizes) beside the reference loop compiled the same way", 65, 40,
@@ -470,11 +472,11 @@ PARTS = [
          scale=lambda ctx: len(mfu_modes(ctx)) * (1 if ctx.smoke else len(mfu_sizes(ctx))), cut=mfu_cut),
     Part("refine", "bench/refine_speed.py at d 768: msg, concat, V-cycle against M_0, three compile modes", 150, 60,
          run_refine, refine_figures, cuda_or_smoke("sized for a GPU")),
+    Part("memory", "bench/memory.py --gpu: the planner under an 8 GiB cap, its throughput against naive", 40, 0,
+         run_memory, memory_figures, needs_cuda("bench/memory.py --gpu caps the CUDA allocator")),
     Part("workflow", "the workflow with profiles/gpu on bench/gpu_check.yaml (tiny.yaml with --smoke)", 130, 120,
          run_workflow, workflow_figures, cuda_or_smoke("sized for a GPU; --smoke runs the tiny experiment on the CPU"),
          cut=lambda ctx: "" if ctx.smoke else WORKFLOW_CUT, early=start_corpus),
     Part("ncu", "the Nsight Compute tables of the workflow's profile jobs (M_0, M'_1)", 0, 0, run_ncu, ncu_figures,
          ncu_needs),
-    Part("memory", "bench/memory.py --gpu: the planner under an 8 GiB cap, its throughput against naive", 40, 0,
-         run_memory, memory_figures, needs_cuda("bench/memory.py --gpu caps the CUDA allocator")),
 ]
