@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from collections import Counter
 
@@ -52,19 +53,29 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     """Two GPT-2 members of width 32 brought to the tiny experiment (M_1 of width 64, one arm of msg and one of
     concat), in a copy of the shared tiny run that keeps its corpus (test_pretrained's members_in_tiny_copy):
     the run goes up to the report's first page (summary.rst, after the comparison) and the six token files, and
-    every plan below asks for those (planned in this process, conftest's `plan`)."""
+    every plan below asks for those (planned in this process, conftest's `plan`). The run is also GPT-2's
+    members' run (test_pretrained runs Llama's): the corpus is encoded with the members' tokenizer, M_0 and the
+    arms are GPT-2 models of the members' vocabulary, and no member is trained."""
     wd = members_in_tiny_copy(tiny_run, tmp_path / "wf")
     mine = members(wd / "mine", "gpt2", d=32)
     (wd / "pre.yaml").write_text(
         f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
     tokens = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
     args = ["results/tiny/report/summary.rst", *tokens, "--cores", "2", "--configfile", str(TINY), "pre.yaml"]
-    options = args[1 + len(tokens):]
     proc = run_snakemake(wd, *args)
     # the config's d0 (tiny.yaml: 16) gives way to the members' own width, said before any job
     assert ("growlm: warning: d0 = 16 of the config is overridden by the members' own shape (members.pretrained: "
             "width 32, 1 layer)") in proc.stderr
-    assert "prepare_source" not in proc.stdout + proc.stderr  # the shared run's corpus, kept
+    out = proc.stdout + proc.stderr
+    assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; the corpus kept
+    member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
+    for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0",
+                 "refined/concat+zero_block/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
+        model = AutoModelForCausalLM.from_pretrained(wd / "results/tiny/models" / kind)
+        assert type(model) is GPT2LMHeadModel and model.config.vocab_size == member_vocab, kind
+    tokenizer = json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text())
+    assert tokenizer == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
+    assert not (wd / "results/tiny/models/small").exists()  # no member trained
     # the report describes the members as they are: their shape, where they came from, their cost not stated
     first_page = (wd / "results/tiny/report/summary.rst").read_text()
     assert "starts from 2 members trained elsewhere (gpt2, width 32, 1 layer;" in first_page, first_page
@@ -141,23 +152,19 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     assert jobs.get("import_member") == 2 and jobs.get("member_tokenizer") == 1 and jobs.get("encode_split") == 6 \
         and jobs.get("train_baseline") == 1 and jobs.get("refine") == 2, jobs
 
-    # both members replaced in place by Llama members of another tokenizer: one run remakes the tokenizer and
-    # M_0 like them (the baseline of every arm), not only the members' imports and the arms
+    # both members replaced in place by Llama members of another tokenizer: the run remakes the tokenizer, the
+    # token files and M_0 like them (the baseline of every arm), not only the members' imports and the arms
+    # (what such a run makes, Llama models of the members' vocabulary, is test_pretrained's Llama run)
     llama = members(wd / "llama", "llama", d=32, vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
     for src, folder in zip(llama, (Path(mine[0]), moved)):
         shutil.rmtree(folder)
         shutil.copytree(src, folder)
     targets = ["results/tiny/models/baseline/d64_L2/t24000_lr0.003/s0/model.safetensors",
                "results/tiny/models/refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0/model.safetensors"]
-    ran = run_snakemake(wd, *targets, *options)
-    assert "member_tokenizer" in ran.stdout + ran.stderr and "train_baseline" in ran.stdout + ran.stderr
-    for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
-        made = json.loads((wd / "results/tiny/models" / kind / "config.json").read_text())
-        assert made["model_type"] == "llama" and made["vocab_size"] == json.loads(
-            (moved / "config.json").read_text())["vocab_size"], kind
-    assert json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text()) == json.loads(
-        (moved / "tokenizer.json").read_text())
-    assert would_run(*targets) == {}  # nothing left for a second run
+    # (msg grows from member 1 alone: one import; both members' parts make the tokenizer; M_0 reads level 1's
+    # train and val tokens)
+    assert would_run(*targets) == {"member_part": 2, "member_tokenizer": 1, "encode_split": 2,
+                                   "train_baseline": 1, "import_member": 1, "grow": 1, "refine": 1}
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from transformers import AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from conftest import REPO, TINY, copy_run, job_counts, plan, run_snakemake
 from growlm.model import build_model, save_model
@@ -51,7 +51,7 @@ def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     M_0 and one arm (one method here: every operator's Llama form is checked for exactness in
     tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the comparison
     and the report of Llama models are checked by the Llama members' run of
-    test_the_workflow_grows_pretrained_members_of_both_families (up to the report's first page)."""
+    test_the_workflow_grows_pretrained_llama_members (up to the report's first page)."""
     wd = copy_run(tiny_run, tmp_path / "wf")
     (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
     refined = "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
@@ -83,42 +83,31 @@ def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_the_workflow_grows_pretrained_members_of_both_families(tiny_run, tmp_path):
+def test_the_workflow_grows_pretrained_llama_members(tiny_run, tmp_path):
     """Llama members with unknown cost (the comparison reports the members-free ratio and says the cost
-    is not counted), then with a stated cost (counted), and GPT-2 members: in both families the corpus is
-    encoded with the members' tokenizer and M_0 and M_1 are of the members' family and vocabulary. Each
-    family in a copy of the shared tiny run less its tokenizer, tokens and models (its corpus kept): the
-    Llama run goes up to the report's first page (its words on the members' cost are checked), then the
-    cost stated makes the comparison alone again; the GPT-2 run asks for its M_0 and M_1 only."""
+    is not counted), then with a stated cost (counted): the corpus is encoded with the members' tokenizer
+    and M_0 and M_1 are of the members' family and vocabulary. In a copy of the shared tiny run less its
+    tokenizer, tokens and models (its corpus kept), up to the report's first page (its words on the members'
+    cost are checked); then the cost stated makes the comparison alone again. GPT-2 members' run, with the
+    same checks of family, vocabulary and tokenizer, is test_identity's test_members_are_known_by_content_not_by_date."""
     experiment = "tiny"  # the shared run's: its corpus is reused
     res = f"results/{experiment}"
 
-    def run(family: str, method: str, target: str | None) -> tuple[Path, list[str], list[str]]:
-        """The members of `family` grown with `method` in a copy of the shared run, up to `target` (M_0 and
-        M_1 when None); the checks of both families. Returns the folder, the run's arguments and the members."""
-        wd = members_in_tiny_copy(tiny_run, tmp_path / f"pre_{family}")
-        mine = members(wd / f"mine_{family}", family, **extra_members.get(family, {}))
-        (wd / "pre.yaml").write_text(f"methods: [{method}]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
-        args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
-        name = method.strip("[]").replace(", ", "+")
-        kinds = ("baseline/d32_L2/t24000_lr0.003/s0", f"refined/{name}/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0")
-        targets = [f"{res}/{target}"] if target else [f"{res}/models/{kind}/model.safetensors" for kind in kinds]
-        proc = run_snakemake(wd, *targets, *args)
-        out = proc.stdout + proc.stderr
-        assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; corpus kept
-        member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
-        for kind in kinds:
-            model = AutoModelForCausalLM.from_pretrained(wd / res / "models" / kind)
-            assert type(model) is classes[family] and model.config.vocab_size == member_vocab
-        tok = json.loads((wd / res / "tokenizer" / "tokenizer.json").read_text())
-        assert tok == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
-        assert not (wd / res / "models" / "small").exists()  # no member trained
-        return wd, args, mine
+    wd = members_in_tiny_copy(tiny_run, tmp_path / "pre_llama")
+    mine = members(wd / "mine_llama", "llama")
+    (wd / "pre.yaml").write_text(f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
+    args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
+    proc = run_snakemake(wd, f"{res}/report/summary.rst", *args)
+    out = proc.stdout + proc.stderr
+    assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; corpus kept
+    member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
+    for kind in ("baseline/d32_L2/t24000_lr0.003/s0", "refined/msg/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
+        model = AutoModelForCausalLM.from_pretrained(wd / res / "models" / kind)
+        assert type(model) is LlamaForCausalLM and model.config.vocab_size == member_vocab, kind
+    tok = json.loads((wd / res / "tokenizer" / "tokenizer.json").read_text())
+    assert tok == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
+    assert not (wd / res / "models" / "small").exists()  # no member trained
 
-    classes = {"llama": LlamaForCausalLM, "gpt2": GPT2LMHeadModel}
-    extra_members = {"gpt2": {"vocab_book": "pg14642_mcguffey_eclectic_primer.txt", "vocab": 350}}
-
-    wd, args, mine = run("llama", "msg", "report/summary.rst")
     (row,) = rows(wd, experiment)
     assert row["method"] == "msg"
     report = (wd / res / "report" / "summary.rst").read_text()
@@ -133,8 +122,6 @@ def test_the_workflow_grows_pretrained_members_of_both_families(tiny_run, tmp_pa
     (row,) = rows(wd, experiment)
     assert row["members_cost"] == "stated"
     assert float(row["small_flops"]) > 0  # 2 members x 50,000 tokens x their FLOPs per token
-
-    run("gpt2", "[concat, zero_block]", None)
 
 
 def test_bad_pretrained_members_are_named_before_any_job(workflow_dir, tmp_path):
