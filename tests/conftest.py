@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 import hashlib
 import json
 import os
@@ -230,6 +231,13 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
         os.environ.clear()
         os.environ.update(saved_env)
 
+
+
+def planned_counts(workflow_dir: Path, *config: str, configfiles=(), targets=("all",)) -> Counter:
+    """{rule: number of jobs} that `plan` finds to run (asserting the workflow parsed without an error)."""
+    error, jobs = plan(workflow_dir, *config, configfiles=configfiles, targets=targets)
+    assert error is None, error
+    return Counter(rule for rule, _ in jobs)
 
 @functools.cache
 def code_digest() -> str:

@@ -155,8 +155,6 @@ def test_the_parts_fit_the_default_time_limit_with_a_margin():
     part run at more sizes or modes is estimated at more. The workflow's estimate, the least sure (its jobs ran one
     GPU job at a time there; here three share the GPU), runs after every part but ncu (which reads its tables), so
     it may take half as long again as its estimate with every part still run."""
-    import csv
-
     from gpu_check_parts import PARTS
 
     jobs = {}

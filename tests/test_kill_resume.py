@@ -133,7 +133,6 @@ def test_a_wsd_job_killed_in_its_decay_resumes_to_the_same_numbers(run_job, tmp_
     and after it (step 35: the checkpoint where the decay began was left by the run before), it ends with
     the uninterrupted run's weights, ledger and checkpoint at the decay's start, bit for bit."""
     import csv
-    import json
 
     wsd = {"schedule": "wsd", "every": 7}
     clean = run_job(tmp_path / "clean", **wsd)

@@ -8,19 +8,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, plan, run_snakemake
-
-
-def planned_counts(workdir: Path, *config: str, configfiles=()) -> Counter:
-    """{rule: number of jobs} that `snakemake -n` plans in `workdir` (conftest's `plan`, in this process)."""
-    error, jobs = plan(workdir, *config, configfiles=configfiles)
-    assert error is None, error
-    return Counter(rule for rule, _ in jobs)
+from conftest import REPO, SNAKEMAKE, TINY, check_profile_tables, plan, planned_counts, run_snakemake
 
 
 def test_default_config_dry_run(workflow_dir):
