@@ -1,7 +1,8 @@
 """Write every table and headline number of bench/RESULTS.md and of the README's answer from the files that hold them.
 
     .venv/bin/python bench/render_results.py            # rewrite the rendered blocks in place
-    .venv/bin/python bench/render_results.py --check    # exit 1, naming each block that differs from its data
+    .venv/bin/python bench/render_results.py --check    # write nothing; exit 1, naming each block that differs from its data
+    .venv/bin/python bench/render_results.py --help     # the usage; writes nothing (an unknown argument is refused)
 
 A rendered block stands between `<!-- render: NAME ... -->` and `<!-- end render: NAME -->` in a page; the
 opening line names the files it is rendered from, and `BLOCKS` below says which function renders it. The data
@@ -1063,10 +1064,28 @@ def blocks_of(text: str) -> dict[str, str]:
             re.finditer(r"^<!-- render: (\S+) .*?^<!-- end render: \1 -->$", text, re.M | re.S)}
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]):
+    """The command line: no argument rewrites the stale blocks, `--check` only names them. argparse refuses an
+    unknown argument (exit 2, before any page is read), and `--help` prints the usage and exits: neither
+    writes a page, which a bare `sys.argv` test did (a typo rewrote the pages in place)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="bench/render_results.py",
+        description="Render every table and headline number of bench/RESULTS.md and of the README's answer from "
+                    "the CSV files in bench/results/ (and the configs and bench/published.csv they name).")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each page and block that differs from its data "
+                             "(what the tests and CI run)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str], root: Path = REPO) -> int:
+    """Render the pages under `root` (the repository; a copy of its pages in the tests) from this clone's data."""
+    args = parse_args(argv)
     stale = []
     for page in sorted({b.page for b in BLOCKS.values()}):
-        path = REPO / page
+        path = root / page
         text = path.read_text()
         new = rendered(page, text)
         if new != text:
@@ -1075,9 +1094,9 @@ def main(argv: list[str]) -> int:
             if text.partition("\n")[0] != new.partition("\n")[0]:
                 names.insert(0, "the headline line")
             stale.append(f"{page} ({', '.join(names)})")
-            if "--check" not in argv:
+            if not args.check:
                 path.write_text(new)
-    if stale and "--check" in argv:
+    if stale and args.check:
         print(f"differ from their data: {'; '.join(stale)}; run {COMMAND}")
         return 1
     print(f"{'rewrote' if stale else 'up to date'}: {'; '.join(stale) or ', '.join(sorted({b.page for b in BLOCKS.values()}))}")

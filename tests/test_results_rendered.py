@@ -208,3 +208,34 @@ def test_section_15_and_the_readme_sentence_are_rendered_from_the_envelope_table
     section = results.split("## 15.")[1]
     for arm in table["arm"]:
         assert f"| {arm} |" in section, arm
+
+def _stale_copy(tmp_path: Path) -> dict[Path, str]:
+    """Copies of the rendered pages under tmp_path, RESULTS.md with one block hand-edited (stale)."""
+    pages = {}
+    for page in PAGES:
+        text = (REPO / page).read_text()
+        if page == R.RESULTS_PAGE:
+            text = text.replace("| 64 x 4 (0.34M / 0.20M) | 100k (0.5) |", "| 64 x 4 (0.34M / 0.20M) | 100k (9.5) |", 1)
+            assert text != (REPO / page).read_text()
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text(text)
+        pages[tmp_path / page] = text
+    return pages
+
+
+def test_the_command_line_writes_only_when_asked(tmp_path, capsys):
+    """`--help` prints the usage and writes nothing, an unknown argument is refused before any page is read,
+    `--check` names the stale block and writes nothing; no argument rewrites it."""
+    pages = _stale_copy(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        R.main(["--help"], root=tmp_path)
+    assert e.value.code == 0 and "--check" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        R.main(["--chek"], root=tmp_path)
+    assert e.value.code == 2 and "unrecognized arguments: --chek" in capsys.readouterr().err
+    assert R.main(["--check"], root=tmp_path) == 1
+    assert "bench/RESULTS.md (answer)" in capsys.readouterr().out
+    assert {p: p.read_text() for p in pages} == pages  # nothing written
+    assert R.main([], root=tmp_path) == 0
+    assert (tmp_path / R.RESULTS_PAGE).read_text() == (REPO / R.RESULTS_PAGE).read_text()
+    assert R.main(["--check"], root=tmp_path) == 0
