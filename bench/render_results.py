@@ -31,7 +31,7 @@ from rendering.core import (  # noqa: E402  the registry, formatting and paramet
     BLOCKS, Block, COMMAND, DATA, README_PAGE, REPO, RESULTS_PAGE, _merged, arm, block, count, f3, load, m0_params,
     millions, missing, pct, per_param, pm, rate, ratio_cells, reached, render_block, row_of, source_path, table,
     tok, tpp)
-from rendering import readings  # noqa: E402,F401  (registers its blocks)
+from rendering import readings, times  # noqa: E402,F401  (register their blocks)
 
 REEXPORTED = (Block, DATA, source_path)  # read by tests/test_results_rendered.py through this module
 
@@ -883,7 +883,13 @@ def readme_envelope(df, default, env_cfg) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _pattern(name: str) -> re.Pattern:
-    return re.compile(rf"^<!-- render: {re.escape(name)} .*?^<!-- end render: {re.escape(name)} -->$", re.M | re.S)
+    """A block's markers; in a YAML file they and the block are comments (`# ` after the indentation)."""
+    return re.compile(rf"^(?P<prefix>[ ]*(?:# )?)<!-- render: {re.escape(name)} .*?"
+                      rf"^(?P=prefix)<!-- end render: {re.escape(name)} -->$", re.M | re.S)
+
+
+def _commented(prefix: str, block_text: str) -> str:
+    return "\n".join(prefix + line if line else prefix.rstrip() for line in block_text.split("\n"))
 
 
 def rendered(page: str, text: str, data: dict | None = None) -> str:
@@ -895,7 +901,7 @@ def rendered(page: str, text: str, data: dict | None = None) -> str:
         if not pattern.search(text):
             raise SystemExit(f"{page} has no '<!-- render: {b.name} ... -->' ... '<!-- end render: {b.name} -->'")
         new = render_block(b, data)
-        text = pattern.sub(lambda m: new, text, count=1)
+        text = pattern.sub(lambda m: _commented(m.group("prefix"), new), text, count=1)
     if page == RESULTS_PAGE:
         frames = [(data or {}).get(s) if data and s in data else load(s) for s in HEADLINE_SOURCES]
         first, _, rest = text.partition("\n")
@@ -906,7 +912,7 @@ def rendered(page: str, text: str, data: dict | None = None) -> str:
 def blocks_of(text: str) -> dict[str, str]:
     """The rendered blocks of a page, by name."""
     return {m.group(1): m.group(0) for m in
-            re.finditer(r"^<!-- render: (\S+) .*?^<!-- end render: \1 -->$", text, re.M | re.S)}
+            re.finditer(r"^[ ]*(?:# )?<!-- render: (\S+) .*?^[ ]*(?:# )?<!-- end render: \1 -->$", text, re.M | re.S)}
 
 
 def parse_args(argv: list[str]):
