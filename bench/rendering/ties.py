@@ -127,7 +127,10 @@ TIES = [
     # section 14
     tie(R, "the peak held, the last {}% of the steps decaying", stated("20"),
         source="train.schedule: wsd's default decay (workflow/schemas/config.schema.yaml)"),
-    tie(R, "(Deep Progressive Training, arXiv 2511.04981, expands a small model at about {}% of a wsd run)",
-        stated("80"), source="arXiv 2511.04981's abstract"),
+    tie(R, "then grown, under wsd, saves about {}% of the compute of the 60-layer", stated("80"),
+        source="Bu 2025, arXiv 2511.04981 v1, abstract and Figure 1"),
+    # the budgets section: citations
+    tie(R, "arXiv 2001.08361, section {} and Table 1", stated("2.1"),
+        source="Kaplan et al. 2020: where the non-embedding count is defined (a section number, not a measurement)"),
     # section 15: tied when its prose is rewritten from the new envelope table (tests: UNTIL)
 ]
