@@ -1,10 +1,14 @@
 """What every rendered block shares: the registry of blocks, how a source is found and read, the formatting of
 a figure, parameter counts from the benchmarks' configs, and the sentence templates.
 
-A section's data live in one small module of this package (`answer.py`, ...): a function decorated
-`@block(name, page, *sources)` receives one frame per source and returns the block's Markdown, building it
-from tables (`table`) and from sentences held in `templates/` (`sentence(template, **values)`), so a new
-section is a template and a function. `bench/render_results.py` imports every such module and writes the pages.
+A section's data live in one small module of this package (`answer.py`, `savings.py`, ...): a function
+decorated `@block(name, page, *sources)` receives one frame per source and returns the block's Markdown,
+building it from tables (`table`) and from sentences held in `templates/` (`sentence(template, **values)`), so
+a new section is a CSV, a template and a function (bench/README.md, "Rendering RESULTS.md", has an example).
+`bench/render_results.py` imports every such module and writes the pages.
+
+A source is read once per process (`load` caches it by path and modification time, and hands out a copy), so
+rendering every block, or every block again from changed data as the tests do, reads each file once.
 """
 
 from __future__ import annotations
@@ -183,7 +187,8 @@ def millions(n: int) -> str:
 TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                                undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
                                trim_blocks=True, lstrip_blocks=True)
-TEMPLATES.filters.update(pm=pm, f3=f3, tok=tok, arm=arm, reached=reached, pct=pct, tpp=tpp)
+TEMPLATES.filters.update(pm=pm, f3=f3, tok=tok, arm=arm, reached=reached, pct=pct, tpp=tpp, rate=rate,
+                         millions=millions, count=count, fmt=format)  # fmt: `x | fmt(".2f")` is format(x, ".2f")
 
 
 def sentence(name: str, **values) -> str:
