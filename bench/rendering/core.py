@@ -13,6 +13,7 @@ rendering every block, or every block again from changed data as the tests do, r
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from dataclasses import dataclass
@@ -57,12 +58,25 @@ def source_path(source: str) -> Path:
     return REPO / source if source.startswith(("bench/", "config/")) else DATA / source
 
 
+_READ: dict = {}
+
+
 def load(source: str):
-    """A source's data: a DataFrame for a CSV, the parsed mapping for a YAML file."""
+    """A source's data: a DataFrame for a CSV, the parsed mapping for a YAML file.
+
+    Each file is parsed once per process and version (its path and modification time are the key, so an edited
+    file is read again) and every caller gets its own copy: a render function may change what it was given
+    without changing what the next one reads. Rendering every block reads the same files many times over (the
+    headline alone names 29); parsing them once is most of what a render of the pages costs."""
     path = source_path(source)
-    if path.suffix == ".csv":
-        return pd.read_csv(path, dtype=str) if path.name == "published.csv" else pd.read_csv(path)
-    return yaml.safe_load(path.read_text())
+    key = (path, path.stat().st_mtime_ns)
+    if key not in _READ:
+        if path.suffix == ".csv":
+            _READ[key] = pd.read_csv(path, dtype=str) if path.name == "published.csv" else pd.read_csv(path)
+        else:
+            _READ[key] = yaml.safe_load(path.read_text())
+    data = _READ[key]
+    return data.copy() if isinstance(data, pd.DataFrame) else copy.deepcopy(data)
 
 
 def render_block(b: Block, data: dict | None = None) -> str:

@@ -50,3 +50,8 @@ def contributing_times(df) -> str:
 @block("config-run-time", "config/config.yaml", TIMES)
 def config_run_time(df) -> str:
     return sentence("config_run_time", t=rows(df))
+
+
+@block("tests-suite-time", "tests/README.md", TIMES)
+def tests_suite_time(df) -> str:
+    return sentence("tests_suite_time", t=rows(df))
