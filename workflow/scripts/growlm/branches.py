@@ -81,13 +81,14 @@ def refine_branch(config: dict, method: str, *, seed: int, budget: int, lr, frac
         train = refine_settings(config, method, seed=seed, tokens=tokens, lr=lr)
     planned = [*budgets, tokens]  # as if the branch's budget were one of the sweep's
     ramps = {k: min(int(v), steps) for k, v in refine_ramps(config, method, budgets=planned, budget=tokens).items()}
-    ops = refine_operators(config, method, budgets=planned, budget=tokens)
+    ops = {name: _capped(name, opts, steps)
+           for name, opts in refine_operators(config, method, budgets=planned, budget=tokens).items()}
     full_ramps = refine_ramps(config, method, budgets=budgets, budget=int(budget))
     full_ops = refine_operators(config, method, budgets=budgets, budget=int(budget))
     differs = [f"{k} ({a} and {b})" for k, a, b in _changes(short.run_settings(), train)]
     differs += [f"mask ramp {k} ({a} and {b} steps)" for k, a, b in _changes(full_ramps, ramps)]
     for name in dict.fromkeys([*full_ops, *ops]):
-        mine, theirs = _capped(name, ops.get(name), steps), _capped(name, full_ops.get(name), full.steps)
+        mine, theirs = ops.get(name) or {}, _capped(name, full_ops.get(name), full.steps)
         differs += [f"{name}'s {k} ({a} and {b})" for k, a, b in _changes(theirs, mine)]
     return canonical({"fraction": float(fraction), "step": step, "steps": steps, "tokens": tokens,
                       "budget": int(budget), "at_budget": steps == full.steps, "from_start": bool(differs),
