@@ -76,7 +76,8 @@ def refine_branch(config: dict, method: str, *, seed: int, budget: int, lr, frac
         # a schedule's last stage is a share of the arm's budget (growlm.recipes.refine_recipe): the branch is
         # that stage shortened, warming up over the same share of its own steps
         opts = {**spec.options, **(config.get(method) or {})}
-        train = {**short.run_settings(), "warmup_steps": int(round(float(opts.get("final_warmup", 0)) * steps))}
+        warmup = float(opts["final_warmup"]) if "final_warmup" in opts else 0.0  # a schedule without it: none
+        train = {**short.run_settings(), "warmup_steps": int(round(warmup * steps))}
     else:
         train = refine_settings(config, method, seed=seed, tokens=tokens, lr=lr)
     planned = [*budgets, tokens]  # as if the branch's budget were one of the sweep's
