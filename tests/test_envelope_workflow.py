@@ -15,8 +15,10 @@ WSD = """\
 train:
   schedule: wsd
   branches: [0.35, 0.7]  # two of the default four points: a cooldown job each is what is checked
+  refine: {warmup_steps: 3, branches: [0.35, 0.7]}  # ... and of the refinement's six
   small: {schedule: cosine}  # the tiny run's members as they are: no member trains again
 methods: [msg]
+grow: {options: {msg: {ramp_steps: 4}}}  # a count: each branch plans the full run's ramp, so it continues its state
 controls: {single_member: false, ensemble: false}
 profile: {tools: []}
 """
@@ -109,6 +111,7 @@ def test_the_cooldown_job_at_the_decay_start_is_the_tiny_experiments_m0_to_the_l
     import torch
 
     from growlm.jobs.train import cooldown, train_model
+    from growlm.train_config import TrainConfig
 
     wd, _ = wsd_run
     results = wd / "results" / "tiny"
@@ -122,11 +125,13 @@ def test_the_cooldown_job_at_the_decay_start_is_the_tiny_experiments_m0_to_the_l
                  tokenizer_dir=results / "tokenizer")
     torch.set_num_threads(1)
     out = tmp_path / "models" / "m0"
-    train_model(train=train, model=model, init_seed=0, role="baseline M_0", out_dir=out, branches={"100": 1.0},
-                **files)
+    full = TrainConfig.from_dict(train)
+    train_model(train=train, model=model, init_seed=0, role="baseline M_0", out_dir=out,
+                branches={"100": full.decay_start}, **files)
     state = out / "branches" / "b100" / "state"
     assert state.is_dir()
-    cooldown(kind="baseline", fraction=1.0, state_dir=state, out_dir=tmp_path / "models" / "m0" / "branches" / "b100",
+    branch = {"fraction": 1.0, "step": full.decay_start, "steps": full.steps, "from_start": False}
+    cooldown(kind="baseline", branch=branch, state_dir=state, out_dir=tmp_path / "models" / "m0" / "branches" / "b100",
              train=train, model=model, init_seed=0, role="baseline M_0", **files)
     cols = ["step", "tokens", "flops", "lr", "train_loss", "val_loss"]
     workflow_m0 = pd.read_csv(m0 / "ledger.csv")[cols]

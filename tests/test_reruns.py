@@ -130,6 +130,11 @@ TABLE = {
     "train.wsd_shape": ("train: {wsd_shape: linear}", set(), set()),
     # the cooldown branches' points: under wsd only (the base's cosine runs have none)
     "train.branches": ("train: {branches: [0.5]}", set(), set()),
+    "train.refine.branches": ("train: {refine: {branches: [0.5]}}", set(), set()),
+    # M_0 past its budget needs wsd (refused under the cosine): its job's budget changes with its schedule, and
+    # its cooldowns at 1 and 1.5 are jobs more
+    "baseline.extend": ("{train: {large: {schedule: wsd}}, baseline: {extend: 2}}",
+                        {"train_baseline", "refine", "profile", "compare"}, {"cooldown_baseline", "cooldown_refine"}),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),

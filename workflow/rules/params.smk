@@ -24,6 +24,7 @@ from growlm.experiment import (
     train_settings,
     trunk_tokens,
 )
+from growlm.branches import baseline_branch, kept_steps, refine_branch
 from growlm.methods import is_schedule
 
 
@@ -63,11 +64,43 @@ def refine_operators_of(wildcards):
 
 
 def branches_kept(wildcards, output):
-    """{point: fraction of the stable phase} of the states a large training job keeps for its cooldown
-    branches: its `branch_*` outputs. A params function of the output, so Snakemake leaves it out of the
-    rerun trigger: a new point is a missing output, which reruns the job by itself."""
+    """{point: step} of the states a large training job keeps for its cooldown branches: its `branch_*` outputs
+    (growlm.branches.kept_steps). A params function of the output, so Snakemake leaves it out of the rerun
+    trigger: a new point is a missing output, which reruns the job by itself, and the steps follow from the
+    job's own settings."""
     kind = "refine" if "method" in wildcards.keys() else "baseline"
-    return {p: f for p, f in BRANCHES[kind].items() if f"branch_{p}" in output.keys()}
+    points = {p: f for p, f in BRANCHES[kind].items() if f"branch_{p}" in output.keys()}
+    return kept_steps(
+        config,
+        kind,
+        seed=int(wildcards.seed),
+        budget=int(wildcards.budget),
+        lr=wildcards.lr,
+        method=wildcards.get("method"),
+        points=points,
+    )
+
+
+def baseline_branch_of(wildcards):
+    return baseline_branch(
+        config,
+        seed=int(wildcards.seed),
+        budget=int(wildcards.budget),
+        optim=wildcards.lr,
+        fraction=BRANCHES["baseline"][wildcards.point],
+    )
+
+
+def refine_branch_of(wildcards):
+    return refine_branch(
+        config,
+        wildcards.method,
+        seed=int(wildcards.seed),
+        budget=int(wildcards.budget),
+        lr=wildcards.lr,
+        fraction=BRANCHES["refine"][wildcards.point],
+        budgets=SWEEP["budgets"],
+    )
 
 
 def grow_params(wildcards):

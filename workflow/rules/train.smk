@@ -173,9 +173,10 @@ rule refine:
         "../scripts/refine.py"
 
 
-# Under wsd, a cooldown branch of M_0 (train.branches): the state M_0's job kept at that point of its stable
-# phase, trained on as the complete wsd run of the shorter budget that decays from there; its ledger and
-# branch.json (no model) are what the comparison's cost by envelope reads (growlm.envelope).
+# Under wsd, a cooldown branch of M_0 (train.branches; with baseline.extend, also at 1 and past the budget): the
+# state M_0's job kept at that point of its stable phase, trained on as the complete wsd run of the shorter
+# budget that decays from there; its ledger and branch.json (no model) are what the comparison's cost by envelope
+# reads (growlm.envelope, growlm.branches.baseline_ends).
 rule cooldown_baseline:
     input:
         state=f"{BASELINE}/branches/b{{point}}/state",
@@ -198,14 +199,16 @@ rule cooldown_baseline:
     params:
         train=baseline_train,
         model=lambda wc: model_settings(config, n_embd=wc.d1, n_layer=wc.L1),
-        fraction=lambda wc: BRANCHES["baseline"][wc.point],
+        branch=baseline_branch_of,  # where it leaves M_0's run and where it ends (growlm.branches)
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
     script:
         "../scripts/cooldown.py"
 
 
-# ... and of a refinement, from the grown model as the refinement builds it
+# ... and of a refinement (train.refine.branches): the refinement planned for the branch's budget (its refiners'
+# and ramps' shares of that budget), from the state the refinement kept where they agree with the refinement's,
+# else from the grown model at step 0 (growlm.branches; its state input is then not read)
 rule cooldown_refine:
     input:
         state=f"{REFINED}/branches/b{{point}}/state",
@@ -229,7 +232,7 @@ rule cooldown_refine:
         train=refine_train,
         ramps=refine_ramps_of,
         refine_with=refine_operators_of,
-        fraction=lambda wc: BRANCHES["refine"][wc.point],
+        branch=refine_branch_of,  # the refinement planned for the branch's budget (growlm.branches)
         memory_limit_gb=config["resources"]["memory_limit_gb"],
         how=job_how,  # how it runs (GPUs, memory share, compile): reruns nothing
     script:

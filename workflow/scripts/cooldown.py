@@ -20,5 +20,5 @@ with job_log(sm.log[0], sm.rule), job_devices(sm.resources, sm.rule):
     else:
         start = dict(train=sm.params.train, model=sm.params.model, init_seed=int(sm.wildcards.seed),
                      role="baseline M_0", **files, **how)
-    cooldown(kind="refine" if sm.rule == "cooldown_refine" else "baseline", fraction=sm.params.fraction,
+    cooldown(kind="refine" if sm.rule == "cooldown_refine" else "baseline", branch=sm.params.branch,
              state_dir=sm.input.state, out_dir=Path(sm.output.record).parent, **launch, **start)

@@ -121,10 +121,24 @@ def train_settings(config: dict, stage: str, *, seed: int, tokens: int | None = 
     return train_config(config, stage, seed=seed, tokens=tokens, lr=lr, weight_decay=weight_decay).run_settings()
 
 
+def baseline_extend(config: dict) -> float:
+    """`baseline.extend`: how many times its budget M_0's run trains (1: exactly the budget)."""
+    return float(config["baseline"]["extend"])
+
+
+def baseline_tokens(config: dict, budget: int) -> int:
+    """The tokens M_0's run trains at `budget`: the budget, or `baseline.extend` times it, so that its cooldown
+    branches end past the budget too (growlm.branches); the budget itself where it is not extended, so that
+    such a run's settings, and so its results, stay what they were."""
+    extend = baseline_extend(config)
+    return int(budget) if extend == 1 else int(round(extend * int(budget)))
+
+
 def large_settings(config: dict, *, seed: int, tokens: int, optim: str) -> dict:
-    """M_0's training settings at a budget and optimizer id (the `lr` wildcard: `optim_id`)."""
+    """M_0's training settings at a budget (`tokens`, trained `baseline.extend` times over: `baseline_tokens`)
+    and optimizer id (the `lr` wildcard: `optim_id`)."""
     lr, wd = parse_optim(optim)
-    return train_settings(config, "large", seed=seed, tokens=tokens, lr=lr, weight_decay=wd)
+    return train_settings(config, "large", seed=seed, tokens=baseline_tokens(config, tokens), lr=lr, weight_decay=wd)
 
 
 def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr) -> dict:
@@ -137,11 +151,20 @@ def refine_settings(config: dict, method: str, *, seed: int, tokens: int, lr) ->
 
 
 def branch_points(config: dict, stage: str) -> dict:
-    """{point id: fraction} of the cooldown branches of a large job of `stage` ('large': M_0; 'refine'):
-    `train.branches` where the stage trains under wsd, else none (growlm.envelope)."""
+    """{point id: fraction} of the cooldown branches of a large job of `stage` where it trains under wsd, else
+    none (growlm.envelope, growlm.branches). 'large' (M_0): `train.branches`, fractions of the stable phase of
+    M_0's run *of the budget*; where `baseline.extend` E > 1 trains M_0 past it, also 1 (the run of exactly the
+    budget) and (1 + E) / 2, so that M_0's finished runs end below, at and beyond the budget. 'refine' (every
+    M_1): `train.refine.branches`, fractions of the refinement's own stable phase."""
     if train_config(config, stage, seed=0).schedule != "wsd":
         return {}
-    return {point_id(f): float(f) for f in sorted(config["train"].get("branches") or [])}
+    if stage == "refine":
+        points = set(config["train"]["refine"]["branches"])
+    else:
+        points, extend = set(config["train"]["branches"]), baseline_extend(config)
+        if extend > 1:
+            points |= {1.0, (1.0 + extend) / 2}
+    return {point_id(f): float(f) for f in sorted(float(p) for p in points)}
 
 
 def model_settings(config: dict, *, n_embd: int, n_layer: int) -> dict:

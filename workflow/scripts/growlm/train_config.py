@@ -172,17 +172,23 @@ class TrainConfig:
         the warm-up included), where a cooldown branch leaves it."""
         return int(round(fraction * self.decay_start))
 
-    def branch(self, step: int) -> "TrainConfig":
+    def branch(self, step: int, steps: int | None = None) -> "TrainConfig":
         """The settings of the complete wsd run that shares this run's first `step` steps and then decays:
         this run with a shorter budget, the one whose own decay begins after exactly `step` steps (the
         decay takes its `wsd_decay` share of the shorter run, with the same shape and floor). Every step
         before `step` has the same rate under both (warm-up, then the peak), so the branch continues this
         run's state at `step` - model, AdamW moments, the data position - with nothing else changed: the
         branch taken where this run's own decay begins is this run. Among the budgets whose decay begins at
-        `step` (rounding makes one or two) the shortest is taken. Raises GrowlmError for a step no wsd run
-        of these settings decays from (inside the warm-up, or past this run's decay start)."""
+        `step` (rounding makes one or two) the shortest is taken, unless `steps` names the other: the run of
+        exactly a budget (M_0's branch at its budget under `baseline.extend`, growlm.branches). Raises
+        GrowlmError for a step no wsd run of these settings decays from (inside the warm-up, or past this
+        run's decay start), or a `steps` whose decay does not begin at `step`."""
         if self.schedule != "wsd":
             raise GrowlmError("cooldown branches need the wsd schedule (train.schedule: wsd)")
+        if steps is not None:
+            if not self.warmup_steps <= step <= self.decay_start or self._decay_start(int(steps)) != step:
+                raise GrowlmError(f"a wsd run of {steps} steps does not decay from step {step} of this run")
+            return self if int(steps) == self.steps else self.with_(tokens=int(steps) * self.batch_size * self.context)
         if step == self.decay_start:
             return self
         if not self.warmup_steps <= step < self.decay_start:

@@ -38,8 +38,9 @@ from typing import Callable
 import yaml
 
 from growlm.config_values import coerce, coerce_options, schema_problems
+from growlm.branches import branch_problems
 from growlm.errors import GrowlmError, package_env
-from growlm.experiment import (arm_levels, branch_points, grow_settings, member_train, model_settings, normalise_sweep,
+from growlm.experiment import (arm_levels, baseline_tokens, grow_settings, member_train, model_settings, normalise_sweep,
                                plugin_files, refine_settings, refine_steps, train_config, trunk_tokens)
 from growlm.family_specs import FAMILY_SPECS, family_spec
 from growlm import pretrained
@@ -214,27 +215,19 @@ def _lr_schedule_problems(config: dict, sweep: dict) -> list[str]:
     jobs = [("train.small (the members)", member_train(config, seed=seed, member=1))]
     if trunk_tokens(config):
         jobs.append(("train.small (the members' shared trunk)", member_train(config, seed=seed, member=None)))
-    branched = {}  # the large jobs, each with its cooldown branches' points (train.branches, under wsd)
     for budget, lr in itertools.product(sweep["budgets"], sweep["lrs"][:1]):
-        what = f"train.large (M_0, budget {budget})"
-        jobs.append((what, train_config(config, "large", seed=seed, tokens=int(budget), lr=float(lr)).run_settings()))
-        branched[what] = branch_points(config, "large")
+        jobs.append((f"train.large (M_0, budget {budget})",
+                     train_config(config, "large", seed=seed, tokens=baseline_tokens(config, budget),
+                                  lr=float(lr)).run_settings()))
         for method in dict.fromkeys(method_id(m) for m in sweep["methods"]):
             what = f"train.refine ({method}, budget {budget})"
             jobs.append((what, refine_settings(config, method, seed=seed, tokens=int(budget), lr=float(lr))))
-            branched[what] = branch_points(config, "refine")
     for what, settings in jobs:
-        cfg = TrainConfig.from_dict(settings)
-        problem = cfg.schedule_problem()
+        problem = TrainConfig.from_dict(settings).schedule_problem()
         if problem:
             out.append(f"{what}: {problem}")
-            continue
-        for fraction in branched.get(what, {}).values():  # each branch a complete wsd run of its own
-            try:
-                cfg.branch(cfg.branch_step(fraction))
-            except GrowlmError as err:
-                out.append(f"train.branches = {fraction:g}: {what}: step {cfg.branch_step(fraction)} of its "
-                           f"{cfg.steps}: {err}; drop that point or shorten the warm-up")
+    if not out:  # each cooldown branch a complete wsd run of its own (growlm.branches)
+        out += branch_problems(config, sweep)
     source = config["members"]["source"]
     if source == "before_decay":
         if config["members"].get("pretrained"):

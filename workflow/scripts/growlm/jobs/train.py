@@ -64,8 +64,8 @@ def train_model(*, train: dict, model: dict, init_seed: int, role: str, train_fi
     `cpus_per_task`), `gpu_share` (of each
     GPU's memory, for the planner), `compile` (torch.compile the training steps: true or a mode),
     `compile_ramps` (a refinement's: also its masked form's ramp steps) and `sync_every` (steps between
-    two reads of the losses on the host; 0: automatic). `branches`: {point: fraction of the stable phase}
-    of a wsd run's cooldown branches (M_0's: growlm.envelope), whose states the job keeps in its folder."""
+    two reads of the losses on the host; 0: automatic). `branches`: {point: step} of a wsd run's cooldown
+    branches (M_0's: growlm.branches.kept_steps), whose states the job keeps in its folder."""
     job = _model_job(train=train, model=model, init_seed=init_seed, role=role, train_file=train_file,
                      val_file=val_file, tokenizer_dir=tokenizer_dir, out_dir=out_dir, shard=shard,
                      memory_limit_gb=memory_limit_gb, gpu_share=gpu_share, compile=compile,
@@ -228,41 +228,74 @@ def refine_job(*, train: dict, grown_dir, train_file, val_file, tokenizer_dir, o
 
 
 def branch_steps(cfg: TrainConfig, branches: dict | None) -> dict:
-    """{point: step} of a wsd run's cooldown branches ({point: fraction of its stable phase}); {} without."""
-    return {str(p): cfg.branch_step(float(f)) for p, f in (branches or {}).items()} if cfg.decay_start else {}
+    """{point: step} of a wsd run's cooldown branches (`branches`: {point: step}, growlm.branches.kept_steps),
+    each checked to lie in the run's stable phase; {} under the cosine."""
+    if not cfg.decay_start:
+        return {}
+    out = {str(p): int(s) for p, s in (branches or {}).items()}
+    wrong = {p: s for p, s in out.items() if not cfg.warmup_steps <= s <= cfg.decay_start}
+    if wrong:
+        raise GrowlmError(f"cooldown branch states {wrong} (point: step) lie outside this run's stable phase (steps "
+                          f"{cfg.warmup_steps} to {cfg.decay_start})")
+    return out
 
 
-def cooldown(*, kind: str, fraction: float, state_dir, out_dir, gpus: int = 0, nodes: int = 1,
-             cpus_per_task: int = 0, **start) -> dict:
-    """A cooldown branch of a wsd run (M_0's, `kind` "baseline", or a refinement's, "refine"): the run's
-    state kept at `fraction` of its stable phase (`state_dir`) trained on as the complete wsd run of the
-    shorter budget that decays from there (`TrainConfig.branch`: the same model, data and refiners, the
-    rate's decay over the shorter run's share), so that its last evaluation is the loss a run that ended
-    there reaches (growlm.envelope). `start`: the arguments of the run's own job (`train_model`'s or
-    `refine`'s, `out_dir` aside), from which its model and settings are built exactly as that job built
-    them. Writes the branch's ledger and `branch.json` (where it left, where it ended, its loss and FLOPs,
-    the cooldown's own FLOPs) to `out_dir`; the model itself is not kept."""
+def cooldown(*, kind: str, branch: dict, state_dir, out_dir, gpus: int = 0, nodes: int = 1,
+             cpus_per_task: int = 0, keep_model: bool = False, **start) -> dict:
+    """A cooldown branch of a wsd run (M_0's, `kind` "baseline", or a refinement's, "refine"): the run planned
+    for the branch's shorter budget, whose wsd decay begins at the branch's step, so that its last evaluation
+    is the loss a run that ended there reaches (growlm.envelope). `branch`: what it runs (growlm.branches'
+    `baseline_branch` or `refine_branch`: its step, its steps, and for a refinement its own settings, ramps and
+    refiners resolved at its budget). `start`: the arguments of the full run's own job (`train_model`'s or
+    `refine`'s, `out_dir` aside), from which its model and settings are built exactly as that job built them.
+    Where the branch's settings are the full run's but the budget, it continues the full run's state kept at
+    its step (`state_dir`); where they differ (`branch["from_start"]`: a refiner's share of a shorter budget),
+    it trains from the start as its own run, and the state is not read. Writes the branch's ledger and
+    `branch.json` (where it left, where it ended, its loss and FLOPs, the FLOPs it cost beyond the full run:
+    the cooldown's, or the whole run's when it ran from the start) to `out_dir`; the model only with
+    `keep_model`."""
     scratch = Path(out_dir) / "run"  # the TrainingJob's folder; only its ledger is kept
     if kind == "refine":
-        model, job = refine_job(out_dir=scratch, **start)
+        _, full_job = refine_job(out_dir=scratch, **start)
+        own = {k: branch[k] for k in ("train", "ramps", "refine_with")}
+        model, job = refine_job(out_dir=scratch, **{**start, **own})
     else:
         model, job = None, _model_job(out_dir=scratch, **start)
-    full = job.cfg
-    step = full.branch_step(float(fraction))
-    job.cfg = full.branch(step)
-    job.start_from, job.start_cfg, job.save = str(state_dir), full.to_dict(), False
-    job.info.update(role=f"{job.info.get('role')} cooldown branch", branch={"fraction": float(fraction), "step": step})
-    log(f"cooldown branch at {float(fraction):g} of the stable phase: step {step} of {full.steps}, decaying to step "
-        f"{job.cfg.steps} ({job.cfg.wsd_decay:.0%} of {job.cfg.steps} steps, {job.cfg.wsd_shape})")
+    full, step, from_start = full_job.cfg if kind == "refine" else job.cfg, int(branch["step"]), bool(branch["from_start"])
+    planned = full.branch(step, int(branch["steps"]))
+    if kind == "refine":
+        same = job.cfg.run_settings() == {**planned.run_settings(), "refiners": job.cfg.refiners}
+        if not from_start and not (same and job.cfg.refiners == full.refiners):
+            raise GrowlmError(f"the cooldown branch at step {step} was planned to continue the refinement's state, "
+                              "but its settings differ from the refinement's; plan the workflow again")
+    else:
+        job.cfg = planned
+    if not from_start:
+        job.start_from, job.start_cfg = str(state_dir), full.to_dict()
+    job.save = bool(keep_model)
+    fraction = float(branch["fraction"])
+    job.info.update(role=f"{job.info.get('role')} cooldown branch",
+                    branch={"fraction": fraction, "step": step, "from_start": from_start})
+    how = f"from step 0 as its own run ({'; '.join(branch.get('differs') or [])} differ)" if from_start else \
+        "from the state kept there"
+    log(f"cooldown branch at {fraction:g} of the stable phase: step {step} of {full.steps}, decaying to step "
+        f"{job.cfg.steps} ({job.cfg.wsd_decay:.0%} of {job.cfg.steps} steps, {job.cfg.wsd_shape}), {how}")
     summary = run_job(job, **run_options(gpus, nodes, cpus_per_task), model=model)
     per_step = job.cfg.batch_size * job.cfg.context
-    record = {"kind": kind, "fraction": float(fraction), "step": step, "of": full.steps, "steps": job.cfg.steps,
-              "tokens": job.cfg.steps * per_step, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
-              "cooldown_flops": summary["flops"] - summary["decay_start_flops"], "wall_s": summary["wall_s"],
-              "schedule": job.cfg.schedule_text()}
+    record = {"kind": kind, "fraction": fraction, "step": step, "of": full.steps, "steps": job.cfg.steps,
+              "tokens": job.cfg.steps * per_step, "budget": branch.get("budget"), "at_budget": branch.get("at_budget"),
+              "from_start": from_start, "flops": summary["flops"], "final_val_loss": summary["final_val_loss"],
+              "cooldown_flops": summary["flops"] - (0.0 if from_start else summary["decay_start_flops"]),
+              "wall_s": summary["wall_s"], "schedule": job.cfg.schedule_text()}
+    if from_start:
+        record["differs"] = list(branch.get("differs") or [])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(scratch / "ledger.csv", out / "ledger.csv")
+    if keep_model:
+        for f in scratch.iterdir():
+            if f.is_file() and f.name != "ledger.csv":
+                shutil.copy(f, out / f.name)
     (out / "branch.json").write_text(json.dumps(record, indent=1))
     shutil.rmtree(scratch, ignore_errors=True)
     return record
