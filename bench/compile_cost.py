@@ -56,7 +56,7 @@ def one_job(arm: str, compile_ramps: bool) -> dict:
                  ramp_steps=RAMP, ln_ramp_steps=RAMP, cross="random")
     tokens = np.random.default_rng(0).integers(0, V, 200_000).astype(np.uint16)
     cfg = TrainConfig(tokens=STEPS * BATCH * T, batch_size=BATCH, context=T, lr=1e-3, warmup_steps=5,
-                      eval_interval=20, eval_tokens=2048, checkpoint_every=10**6, dense_log_steps=0, compile=True,
+                      eval_interval=20, eval_tokens=2048, final_eval_tokens=2048, checkpoint_every=10**6, dense_log_steps=0, compile=True,
                       compile_ramps=compile_ramps)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -66,7 +66,8 @@ def train_rate(model, data, *, batch: int, context: int, warm: int, steps: int, 
 
     total = warm + steps + 1  # the last step is followed by the final evaluation: not timed
     cfg = TrainConfig(tokens=total * batch * context, batch_size=batch, context=context, lr=3e-4,
-                      warmup_steps=10, eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, dense_log_steps=0,
+                      warmup_steps=10, eval_interval=10**9, eval_tokens=context, final_eval_tokens=context,
+                      checkpoint_every=10**9, dense_log_steps=0,
                       device=device, compile=compile, sync_every=sync_every, peak_flops=peak)
     with tempfile.TemporaryDirectory() as tmp:
         summary = train(model, data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",

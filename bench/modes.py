@@ -46,7 +46,7 @@ def one_run(compiled: bool, threads: int, device: str, out: Path) -> dict:
     tokens = np.where(rng.random(base.size) < 0.1, rng.integers(0, V, base.size), base).astype(np.uint16)
     model = build_model(seed=0, n_embd=D, n_layer=L, vocab_size=V, n_positions=T, head_dim=8)
     cfg = TrainConfig(tokens=TOKENS, batch_size=BATCH, context=T, lr=3e-3, warmup_steps=5, eval_interval=20,
-                      eval_tokens=2048, checkpoint_every=10**6, dense_log_steps=0, compile=compiled, device=device)
+                      eval_tokens=2048, final_eval_tokens=2048, checkpoint_every=10**6, dense_log_steps=0, compile=compiled, device=device)
     with tempfile.TemporaryDirectory() as tmp:
         summary = train(model, tokens, tokens[-5000:], cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "l.csv",
                         log=lambda *a: None)

@@ -90,6 +90,7 @@ def timed_run(model, data, args, *, mode: str, seed: int) -> dict:
     steps = args.ramp + args.after
     cfg = TrainConfig(tokens=steps * args.batch * args.context, batch_size=args.batch, context=args.context,
                       lr=1e-3, warmup_steps=5, eval_interval=10**9, eval_tokens=args.context,
+                      final_eval_tokens=args.context,
                       checkpoint_every=10**9, dense_log_steps=0, seed=seed, device=args.device,
                       compile=MODES[mode][0], compile_ramps=MODES[mode][1])
     with tempfile.TemporaryDirectory() as tmp:

@@ -70,7 +70,8 @@ def growlm_round(model, data, *, batch: int, context: int, warm: int, steps: int
 
     total = warm + steps + 1  # the last step is followed by the final evaluation: not timed
     cfg = TrainConfig(tokens=total * batch * context, batch_size=batch, context=context, lr=1e-3,
-                      warmup_steps=50, eval_interval=10**9, eval_tokens=context, checkpoint_every=10**9, dense_log_steps=0,
+                      warmup_steps=50, eval_interval=10**9, eval_tokens=context, final_eval_tokens=context,
+                      checkpoint_every=10**9, dense_log_steps=0,
                       seed=seed, device=device)
     with tempfile.TemporaryDirectory() as tmp:
         train(model, data, data, cfg, ckpt_dir=Path(tmp) / "ck", ledger_path=Path(tmp) / "ledger.csv",

@@ -140,6 +140,7 @@ TABLE = {
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),
     "train.eval_interval": ("train: {eval_interval: 10}", {*TRAINING, "grow", "profile"}, set()),
     "train.eval_tokens": ("train: {eval_tokens: 1024}", {*TRAINING, "grow", "profile"}, set()),
+    "train.final_eval_tokens": ("train: {final_eval_tokens: 4096}", {*TRAINING, "grow", "profile"}, set()),
     "train.checkpoint_every": ("train: {checkpoint_every: 20}", {*TRAINING, "grow", "profile"}, set()),
     "train.dense_log_steps": ("train: {dense_log_steps: 4}", {"refine", "profile"}, set()),
     # how the steps run, which changes the last digits of every loss (the order of floating-point sums) but not

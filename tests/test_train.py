@@ -4,6 +4,7 @@ import csv
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -304,3 +305,101 @@ def test_checkpoints_of_another_run_are_not_resumed(tmp_path):
     train(tiny_model(seed=5), data, data, cfg(lr=1e-3), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "e.csv",
           log=messages.append)
     assert any("belong to another run" in m for m in messages)
+
+
+def _correlated_windows(rng, k, lengths, *, window_sd=0.3, rho=0.8, token_sd=1.0):
+    """Synthetic per-token losses of `k` windows, correlated within a window as real text's are: a window's
+    own level (its passage's difficulty, sd `window_sd`) plus AR(1) token noise (correlation `rho` between
+    neighbours, sd `token_sd`). Returns each window's summed loss and its token count."""
+    counts = np.asarray(lengths, dtype=float)
+    noise = np.empty((k, int(counts.max())))
+    noise[:, 0] = rng.normal(0, token_sd, k)
+    for j in range(1, noise.shape[1]):  # AR(1) along each window, all windows at once
+        noise[:, j] = rho * noise[:, j - 1] + math.sqrt(1 - rho ** 2) * rng.normal(0, token_sd, k)
+    inside = np.arange(noise.shape[1])[None, :] < counts[:, None]
+    sums = ((3.0 + rng.normal(0, window_sd, k))[:, None] + noise) * inside
+    return sums.sum(1), counts
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_the_standard_error_is_a_block_bootstrap_s_and_the_sampling_spread_s(equal):
+    """`mean_and_se` (windows as blocks) on correlated synthetic windows, of equal or unequal lengths: it
+    agrees with a bootstrap that resamples whole windows (2,000 draws) within 10%, and with the real spread
+    of the mean over 300 fresh draws of the data within 15%; the naive per-token SE (tokens taken as
+    independent) is several times too small here, so the test tells the two apart."""
+    from growlm.loss import mean_and_se
+
+    rng = np.random.default_rng(7)
+    k = 200
+    lengths = [32] * k if equal else list(rng.integers(8, 64, k))
+    sums, counts = _correlated_windows(rng, k, lengths)
+    mean, se = mean_and_se(sums, counts)
+    assert mean == pytest.approx(sums.sum() / counts.sum(), rel=1e-12)
+    picks = rng.integers(0, k, size=(2000, k))
+    boot = sums[picks].sum(1) / counts[picks].sum(1)
+    assert se == pytest.approx(boot.std(ddof=1), rel=0.10), (se, boot.std(ddof=1))
+    means = []
+    for _ in range(300):
+        s, n = _correlated_windows(rng, k, lengths)
+        means.append(s.sum() / n.sum())
+    assert se == pytest.approx(np.std(means, ddof=1), rel=0.15), (se, np.std(means, ddof=1))
+    # the naive SE, the per-token spread over sqrt(tokens), is about a third of the truth for these windows
+    token_sd = math.sqrt(1.0 + 0.3 ** 2)
+    assert token_sd / math.sqrt(counts.sum()) < se / 2.5
+    if equal:  # equal windows: the per-window means' sample spread over sqrt(windows), exactly
+        assert se == pytest.approx(np.std(sums / 32, ddof=1) / math.sqrt(k), rel=1e-12)
+
+
+def test_mean_and_se_refuses_what_has_no_answer():
+    from growlm.loss import mean_and_se
+
+    assert math.isnan(mean_and_se([6.0], [2])[1]) and mean_and_se([6.0], [2])[0] == 3.0  # one window: no spread
+    with pytest.raises(GrowlmError, match="one count per window sum"):
+        mean_and_se([1.0, 2.0], [3])
+    with pytest.raises(GrowlmError, match="must be positive"):
+        mean_and_se([1.0, 2.0], [3, 0])
+
+
+def _window_losses(model, data, n_win):
+    """Each window's summed next-token loss, one window at a time (not the evaluation's batches)."""
+    out = []
+    with torch.no_grad():
+        for i in range(n_win):
+            w = torch.from_numpy(data[i * T:(i + 1) * T + 1].astype(np.int64))[None]
+            logits = model(input_ids=w[:, :-1]).logits.float()
+            out.append(torch.nn.functional.cross_entropy(logits[0], w[0, 1:], reduction="sum").item())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("final", [0, 3000])
+def test_the_last_evaluation_reads_the_final_tokens_with_its_standard_error(tmp_path, final):
+    """Every evaluation reads eval_tokens (1,024: 64 windows of 16) and records its standard error and the
+    tokens it read; the last reads final_eval_tokens (0: every whole window of the 5,000-token split, 312;
+    3,000: 187 windows): its loss and SE are those of the trained model's windows read one at a time, its
+    val_loss_curve the loss an ordinary evaluation gives, and its seconds are not training time."""
+    from growlm.loss import mean_and_se
+
+    data, val = tokens(), tokens(5000, seed=1)
+    model = tiny_model()
+    summary = train(model, data, val, cfg(final_eval_tokens=final), ckpt_dir=tmp_path / "ck",
+                    ledger_path=tmp_path / "l.csv", log=lambda s: None)
+    rows = [r for r in csv.DictReader(open(tmp_path / "l.csv")) if r["kind"] == "eval"]
+    n_win = 312 if final == 0 else 187
+    assert [int(r["val_tokens"]) for r in rows] == [1024] * 4 + [n_win * T]
+    assert all(r["val_loss"] == r["val_loss_curve"] for r in rows[:-1])
+    model.eval()
+    sums = _window_losses(model, val, n_win)
+    mean, se = mean_and_se(sums, np.full(n_win, T))
+    last = rows[-1]
+    assert float(last["val_loss"]) == pytest.approx(mean, abs=1e-5)
+    assert float(last["val_loss_se"]) == pytest.approx(se, rel=1e-3)
+    assert float(last["val_loss_curve"]) == round(evaluate(model, val, context=T, batch_size=8, max_tokens=1024)["loss"], 5)
+    # fewer windows, a larger error: the first evaluations' SE against the last's, about sqrt(n_win / 64)
+    assert float(rows[-2]["val_loss_se"]) > 1.5 * float(last["val_loss_se"])
+    assert summary["final_val_loss_se"] == float(last["val_loss_se"]) and summary["final_val_tokens"] == n_win * T
+    assert summary["final_eval_s"] > 0 and summary["wall_s"] == pytest.approx(float(last["wall_s"]), abs=0.5)
+
+
+def test_a_negative_final_eval_tokens_is_named():
+    with pytest.raises(GrowlmError, match="final_eval_tokens must be 0 .the whole validation split. or a number"):
+        cfg(final_eval_tokens=-1).validate()

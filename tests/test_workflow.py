@@ -71,6 +71,7 @@ def test_sweep_on_the_command_line_makes_one_target_per_combination(workflow_dir
         # values read as the numbers they are, every alternative named
         (["budgets=[0]"], "budgets = [0]: not allowed; expected integer >= 1 or a list of (integer >= 1)"),
         (["train={small: {tokens: -5}}"], "train.small.tokens = -5: not allowed; expected integer >= 1 or 'gstack'; "),
+        (["train={final_eval_tokens: -1}"], "train.final_eval_tokens = -1: not allowed; expected integer >= 0"),
         # a job across nodes needs SLURM: the dry run of a local run says so (through profiles/slurm it plans)
         (["resources={nodes: 2}"], "resources.nodes = 2: a training job across several nodes runs through SLURM "
                                    "(--profile profiles/slurm: one allocation of 2 nodes, a torchrun agent started on "

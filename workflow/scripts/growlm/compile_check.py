@@ -57,6 +57,7 @@ def train_briefly(model: torch.nn.Module, steps: int, *, batch_size: int = 2, co
     tokens = tokens.astype(np.uint16 if vocab < 2**16 else np.int32)
     cfg = TrainConfig(tokens=steps * batch_size * context, batch_size=batch_size, context=context, lr=1e-4,
                       warmup_steps=1, eval_interval=steps, eval_tokens=batch_size * context,
+                      final_eval_tokens=batch_size * context,
                       checkpoint_every=10 ** 9, dense_log_steps=0, compile=compile, compile_ramps=compile_ramps,
                       refiners=refiners)
     with tempfile.TemporaryDirectory() as tmp:

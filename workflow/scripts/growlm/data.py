@@ -32,15 +32,26 @@ class BatchSampler:
         return win[:, :-1], win[:, 1:]
 
 
-def eval_batches(tokens: np.ndarray, *, batch_size: int, context: int, max_tokens: int | None = None):
-    """Non-overlapping windows covering the split (up to `max_tokens`), for held-out metrics."""
+def eval_windows(tokens: np.ndarray, *, context: int, max_tokens: int | None = None) -> int:
+    """How many windows an evaluation of up to `max_tokens` tokens reads (None: every whole window of the
+    split; at least one). The last `(tokens.size - 1) % context` tokens, fewer than a window, are never read,
+    so every window has the same length and the same spread of positions (each token's loss depends on how
+    much context precedes it in its window)."""
     n_win = (tokens.size - 1) // context
     if max_tokens is not None:
         n_win = min(n_win, max(1, max_tokens // context))
     if n_win < 1:
         raise GrowlmError(f"evaluation split has {tokens.size} tokens, fewer than one window of {context}")
-    for i in range(0, n_win, batch_size):
-        rows = range(i, min(i + batch_size, n_win))
-        idx = np.array([[r * context + j for j in range(context + 1)] for r in rows])
-        win = torch.from_numpy(tokens[idx].astype(np.int64))
+    return n_win
+
+
+def eval_batches(tokens: np.ndarray, *, batch_size: int, context: int, max_tokens: int | None = None,
+                 start: int = 0):
+    """Non-overlapping windows covering the split (up to `max_tokens`), for held-out metrics, in order; from
+    window `start` on (the windows before it are read as batches of their own: `growlm.loss.validation_loss`)."""
+    n_win = eval_windows(tokens, context=context, max_tokens=max_tokens)
+    offsets = np.arange(context + 1)[None, :]
+    for i in range(start, n_win, batch_size):
+        rows = np.arange(i, min(i + batch_size, n_win))
+        win = torch.from_numpy(tokens[rows[:, None] * context + offsets].astype(np.int64))
         yield win[:, :-1], win[:, 1:]

@@ -4,7 +4,8 @@
 plain `GPT2LMHeadModel` in fp32, it computes the LM head and the loss together in row chunks
 (`FusedHeadCrossEntropy`) and never materialises the logits; elsewhere it is the model's logits
 and `F.cross_entropy`. `evaluate` gives held-out loss (nats/token), perplexity and next-token
-accuracy over non-overlapping windows of a token split.
+accuracy over non-overlapping windows of a token split (the test metrics); `validation_loss` the loss the
+training loop records at each evaluation, with its standard error (`mean_and_se`, windows as blocks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from growlm.data import eval_batches
+from growlm.data import eval_batches, eval_windows
+from growlm.errors import GrowlmError
 from growlm.families import FAMILY
 
 
@@ -115,21 +117,99 @@ def distill_loss(logits: torch.Tensor, y: torch.Tensor, teacher_logits: torch.Te
     return (1.0 - weight) * ce + weight * temperature ** 2 * kl
 
 
+def mean_and_se(sums, counts) -> tuple[float, float]:
+    """The mean per-token loss of an evaluation and its standard error, from each window's summed token
+    losses (`sums`) and token count (`counts`): (sum of sums / sum of counts, its standard error).
+
+    Why windows as blocks. The naive standard error, the per-token spread over the square root of the tokens,
+    takes every token as an independent draw. Tokens of one window are not: they come from the same passage
+    (one book, one topic, one author's vocabulary) and each is predicted from the ones before it, so their
+    losses rise and fall together, and a window's mean loss varies far more than its tokens' spread over
+    sqrt(tokens) says (by the design effect 1 + (T - 1) rho for T tokens with intra-window correlation rho).
+    Windows, non-overlapping stretches of the split, are the units that vary nearly independently; the
+    uncertainty of the mean is then the spread of the per-window means over the square root of the windows.
+    With windows of unequal length the mean is a ratio (sum over tokens), and its standard error is the
+    ratio estimator's (the linearisation a cluster-robust variance uses): residuals r_i = s_i - mean n_i,
+    SE^2 = k / (k - 1) * sum r_i^2 / (sum n_i)^2 over k windows; with equal lengths this is exactly the
+    per-window means' sample variance over k. It is what a bootstrap that resamples whole windows (a block
+    bootstrap) estimates, without the resampling (tests/test_train.py checks both on correlated synthetic
+    data). Windows of one book still co-vary a little (a book spans many windows), which neither sees: read
+    it as a lower bound when the split holds few books. Two models evaluated on the same windows are best
+    compared through the windows' paired differences: `mean_and_se(sums_a - sums_b, counts)`.
+
+    One window has no spread: its standard error is NaN. Raises GrowlmError for no windows, counts that are
+    not positive, or sums and counts of different lengths."""
+    s, n = np.asarray(sums, dtype=np.float64).ravel(), np.asarray(counts, dtype=np.float64).ravel()
+    if s.shape != n.shape or not s.size:
+        raise GrowlmError(f"mean_and_se needs one count per window sum and at least one window; got {s.size} sums "
+                          f"and {n.size} counts")
+    if not (n > 0).all():
+        raise GrowlmError("mean_and_se: every window's token count must be positive")
+    total = n.sum()
+    mean = float(s.sum() / total)
+    k = s.size
+    if k < 2:
+        return mean, math.nan
+    residual = s - mean * n
+    return mean, float(math.sqrt(k / (k - 1) * float(np.dot(residual, residual))) / total)
+
+
+@torch.no_grad()
+def _scan(model: torch.nn.Module, batches, device: str) -> tuple[float, int, int, list[np.ndarray]]:
+    """Read `batches`: the summed token loss (batch by batch, as `evaluate` always summed it), the correct
+    next-token guesses, the tokens, and each window's summed loss (float64). `cross_entropy` is log_softmax
+    then nll_loss in torch (no label smoothing, no weights), so the batch sums are cross_entropy's to the bit
+    and the per-window sums come from the same log-probabilities at no second softmax."""
+    total_loss, total_correct, total, windows = 0.0, 0, 0, []
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        logits = model(input_ids=x).logits.float()
+        logp = F.log_softmax(logits.reshape(-1, logits.size(-1)), dim=-1)
+        flat = y.reshape(-1)
+        total_loss += F.nll_loss(logp, flat, reduction="sum").item()
+        token_loss = -logp.gather(1, flat[:, None]).reshape(y.shape)
+        windows.append(token_loss.double().sum(1).cpu().numpy())
+        total_correct += (logits.argmax(-1) == y).sum().item()
+        total += y.numel()
+    return total_loss, total_correct, total, windows
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_size: int = 16,
              max_tokens: int | None = None, device: str = "cpu") -> dict:
     """Held-out loss (nats/token), perplexity and next-token accuracy over non-overlapping windows."""
     was_training = model.training
     model.eval()
-    total_loss, total_correct, total = 0.0, 0, 0
-    for x, y in eval_batches(tokens, batch_size=batch_size, context=context, max_tokens=max_tokens):
-        x, y = x.to(device), y.to(device)
-        logits = model(input_ids=x).logits.float()
-        total_loss += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
-                                      reduction="sum").item()
-        total_correct += (logits.argmax(-1) == y).sum().item()
-        total += y.numel()
+    total_loss, total_correct, total, _ = _scan(model, eval_batches(tokens, batch_size=batch_size, context=context,
+                                                                    max_tokens=max_tokens), device)
     model.train(was_training)
     loss = total_loss / total
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": total_correct / total,
             "tokens": total}
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_size: int,
+                    max_tokens: int | None, curve_tokens: int | None = None, device: str = "cpu") -> dict:
+    """An evaluation of the training loop: the mean loss over the windows of up to `max_tokens` tokens (None:
+    the whole split, `growlm.data.eval_windows`), its standard error (`mean_and_se`, the windows as blocks),
+    the tokens and windows read, and `curve_loss`, the loss over the first `curve_tokens`' windows (None: the
+    same windows). Those first windows are read as batches of their own, exactly as an evaluation of
+    `curve_tokens` reads them, so `curve_loss` is that evaluation's loss to the bit: a run's precise last
+    evaluation also gives the point its curve's other evaluations would have given. Both are summed batch by
+    batch as `evaluate` sums them: without that split (`curve_tokens` None or as many windows) `loss` is
+    `evaluate`'s loss to the bit."""
+    was_training = model.training
+    model.eval()
+    n_win = eval_windows(tokens, context=context, max_tokens=max_tokens)
+    first = n_win if curve_tokens is None else min(n_win, eval_windows(tokens, context=context, max_tokens=curve_tokens))
+    head = _scan(model, eval_batches(tokens, batch_size=batch_size, context=context, max_tokens=first * context),
+                 device)
+    rest = _scan(model, eval_batches(tokens, batch_size=batch_size, context=context, max_tokens=n_win * context,
+                                     start=first), device) if first < n_win else (0.0, 0, 0, [])
+    model.train(was_training)
+    sums = np.concatenate(head[3] + rest[3])
+    _, se = mean_and_se(sums, np.full(sums.size, context))
+    total = head[2] + rest[2]
+    return {"loss": (head[0] + rest[0]) / total, "se": se, "tokens": total, "windows": int(sums.size),
+            "curve_loss": head[0] / head[2]}

@@ -9,7 +9,9 @@ identical to an uninterrupted one in the same mode (`growlm.modes`: torch.compil
 change the last digits; every ledger row names its mode, and a resume in another mode says so). Under
 wsd the run is also evaluated where its decay begins and keeps a checkpoint there
 (`checkpoint.DECAY_START`, beside the others), from which a member is grown before its decay
-(`growlm.runner.save_before_decay`).
+(`growlm.runner.save_before_decay`). Each evaluation reads the validation split's first `eval_tokens` and
+records its standard error (`growlm.loss.mean_and_se`); the last reads `final_eval_tokens` (default: the whole
+split), so every run's final loss is precise; its seconds are measurement, not training (not in `wall_s`).
 
 Grown models with growth masks (MSG, concat) expose `growth_step(step)`; the loop calls it before
 every step. SIGTERM, SIGUSR1 (SLURM's pre-emption warning) and SIGINT (Ctrl-C) make the loop write a
@@ -41,7 +43,7 @@ from growlm.devices import device_name, mfu, peak_flops
 from growlm.errors import GrowlmError
 from growlm.flops import model_train_flops_per_token
 from growlm.live import from_env as live_from_env
-from growlm.loss import evaluate, lm_loss
+from growlm.loss import lm_loss, validation_loss
 from growlm.model import enable_recompute
 from growlm.optim_state import save_moments
 from growlm.profiling.ranges import phase, session_from_env
@@ -51,9 +53,11 @@ from growlm.train_config import TrainConfig
 
 # wall_s: seconds since the run began (evaluations and compilation included); compile_s: the part of them
 # torch.compile spent compiling (0 without compile), which the comparison leaves out of its wall ratios;
-# mode: how the steps up to the row were computed (growlm.modes: compile and CPU threads change the last digits)
-LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "compile_s", "lr", "train_loss", "val_loss",
-                  "peak_mem_mb", "kind", "mode"]
+# mode: how the steps up to the row were computed (growlm.modes: compile and CPU threads change the last digits);
+# val_loss_se: val_loss's standard error (growlm.loss.mean_and_se); val_tokens: the validation tokens read (the last
+# row: final_eval_tokens); val_loss_curve: the loss on the first eval_tokens, which every evaluation reads
+LEDGER_COLUMNS = ["step", "tokens", "flops", "wall_s", "compile_s", "lr", "train_loss", "val_loss", "val_loss_se",
+                  "val_tokens", "val_loss_curve", "peak_mem_mb", "kind", "mode"]
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again"
 PROGRESS_EVERY_S = 10.0  # at most this long between two progress lines in the log
 
@@ -263,7 +267,7 @@ class Run:
                 r.start(self)
         self.live = live if live is not None or self.rank else live_from_env(self.flops)
         self.progress = _Progress(cfg.steps, self.tokens_per_step, log, self.start_step, self.live)
-        self.step_s, self.steps_timed, self.last_loss = 0.0, 0, None
+        self.step_s, self.steps_timed, self.last_loss, self.final_eval_s = 0.0, 0, None, 0.0
         self.t0 = time.perf_counter()
 
     @property
@@ -369,16 +373,21 @@ class Run:
 
     # -- the periodic actions -------------------------------------------------------------------
     def record(self, step: int, train_loss: float | None, kind: str) -> dict:
-        """A ledger row (with a validation loss for kind "eval"), also to the live curves."""
+        """A ledger row (with a validation loss for kind "eval"), also to the live curves. The run's last
+        evaluation reads `final_eval_tokens` (0: the whole split) and gives the curve's point beside it."""
         row = {"step": step, "tokens": step * self.tokens_per_step, "flops": self.flops(step),
                "wall_s": round(self.wall(), 3), "compile_s": round(self.compile_time(), 3), "lr": lr_at(max(step - 1, 0), self.cfg),
                "train_loss": "" if train_loss is None else round(train_loss, 5), "val_loss": "",
                "peak_mem_mb": round(peak_memory_mb(self.device), 1), "kind": kind, "mode": self.mode}
         if kind == "eval":
+            final, t0 = step == self.cfg.steps, time.perf_counter()
             with phase("eval"):
-                metrics = evaluate(self.model, self.val_tokens, context=self.cfg.context, batch_size=self.micro,
-                                   max_tokens=self.cfg.eval_tokens, device=self.device)
-            row["val_loss"] = round(metrics["loss"], 5)
+                v = validation_loss(self.model, self.val_tokens, context=self.cfg.context, batch_size=self.micro,
+                                    max_tokens=(self.cfg.final_eval_tokens or None) if final else self.cfg.eval_tokens,
+                                    curve_tokens=self.cfg.eval_tokens, device=self.device)
+            self.final_eval_s += (time.perf_counter() - t0) if final else 0.0
+            row.update(val_loss=round(v["loss"], 5), val_loss_se="" if math.isnan(v["se"]) else round(v["se"], 6),
+                       val_tokens=v["tokens"], val_loss_curve=round(v["curve_loss"], 5))
         self.rows.append(row)
         if self.live is not None:
             self.live.row(row)
@@ -416,7 +425,10 @@ class Run:
                 # what the refiners added (the teachers' forward passes), in all and by refiner
                 "teacher_flops": total - cfg.steps * self.tokens_per_step * self.flops_per_token,
                 "refiner_flops": {r.name: r.flops(cfg.steps, self.tokens_per_step) for r in self.refiners},
-                "wall_s": self.wall(), "compile_s": self.compile_time(), "final_val_loss": self.rows[-1]["val_loss"],
+                # the last evaluation's seconds are measurement, not training (as in the ledger's last wall_s)
+                "wall_s": self.wall() - self.final_eval_s, "compile_s": self.compile_time(), "final_eval_s": self.final_eval_s,
+                "final_val_loss": self.rows[-1]["val_loss"], "final_val_loss_se": self.rows[-1].get("val_loss_se", ""),
+                "final_val_tokens": self.rows[-1].get("val_tokens", ""),
                 "flops_per_token": self.flops_per_token, "model_flops_per_s": achieved,
                 "mode": modes.job_mode(r.get("mode") for r in self.rows),  # every mode its rows were computed in
                 "gpu_settings": self.gpu_settings, "config": cfg.to_dict()}

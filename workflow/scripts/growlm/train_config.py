@@ -116,6 +116,7 @@ class TrainConfig:
     grad_clip: float = SCHEMA_DEFAULTS["grad_clip"]  # global gradient-norm clip (0: none)
     eval_interval: int = SCHEMA_DEFAULTS["eval_interval"]  # steps between held-out evaluations (ledger rows)
     eval_tokens: int = SCHEMA_DEFAULTS["eval_tokens"]  # validation tokens per evaluation
+    final_eval_tokens: int = SCHEMA_DEFAULTS["final_eval_tokens"]  # ... of the run's last one (0: the whole split)
     checkpoint_every: int = SCHEMA_DEFAULTS["checkpoint_every"]  # steps between resumable checkpoints
     # log the training loss every step for this many steps (after growth; the workflow's members and M_0: 0)
     dense_log_steps: int = SCHEMA_DEFAULTS["dense_log_steps"]
@@ -291,6 +292,9 @@ class TrainConfig:
             raise GrowlmError(problem)
         if self.compile not in (True, False) and self.compile not in COMPILE_MODES:
             raise GrowlmError(f"unknown compile setting {self.compile!r}; true, false or one of {COMPILE_MODES}")
+        if self.final_eval_tokens < 0:
+            raise GrowlmError(f"final_eval_tokens must be 0 (the whole validation split) or a number of tokens, "
+                              f"got {self.final_eval_tokens}")
         if self.sync_every < 0:
             raise GrowlmError(f"sync_every must be 0 (automatic) or a number of steps, got {self.sync_every}")
         if self.strategy not in STRATEGIES:

@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     cfg = cfg.with_(tokens=args.steps * cfg.batch_size * cfg.context,
                     eval_interval=args.steps,  # one evaluation, at the end (the "eval" phase)
                     eval_tokens=min(cfg.eval_tokens, 4 * cfg.batch_size * cfg.context),
+                    final_eval_tokens=min(cfg.eval_tokens, 4 * cfg.batch_size * cfg.context),
                     checkpoint_every=10**9)
     model = build(args.kind, _json_arg(args.model), width=args.width, depth=args.depth, vocab=args.vocab,
                   grown_dir=args.grown, random_members=args.random_members)
