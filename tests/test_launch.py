@@ -13,8 +13,10 @@ job gets the device before the workload has ended.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,3 +164,95 @@ def test_one_module_says_how_a_job_gets_its_devices_and_processes():
         if name not in ("launch.py", "node_agent.py"):
             assert '"torch.distributed.run"' not in text and "srun" not in re.sub(r"#.*|\"\"\"[\s\S]*?\"\"\"", "",
                                                                                     text), name
+
+
+# Snakemake runs a job's script as `bash -c "set -euo pipefail; python ..."`; bash before 5.1 does not exec that
+# last command, so the job's parent is a shell that outlives Snakemake. `; true` keeps any bash from exec'ing.
+RUN = r"""
+import os, subprocess, sys
+os.environ["GROWLM_PARENT_PID"] = str(os.getpid())  # what the Snakefile of a local run tells its jobs
+shell = subprocess.Popen(["bash", "-c", 'set -e; "$0" -c "$1" "$2" "$3"; true', sys.executable, *sys.argv[1:]])
+print(shell.pid, flush=True)
+sys.exit(shell.wait())
+"""
+
+TRAINING_JOB = r"""
+import json, sys
+from growlm.errors import job_log
+from growlm.launch import job_devices
+from growlm.jobs.train import train_model
+with job_log(sys.argv[2], "train_small"), job_devices({"gpu": 1}, "train_small"):
+    train_model(**json.loads(sys.argv[1]))
+"""
+
+
+def _training_kw(tmp_path: Path, steps: int) -> dict:
+    import numpy as np
+
+    from growlm.tokenizer import fit_tokenizer
+    from growlm.train_config import TrainConfig
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(["the cat sat on the mat", "see the dog run", "a red hen"] * 50))
+    fit_tokenizer([text], tmp_path / "tok", vocab_size=300)
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16))
+    train = TrainConfig(tokens=8 * 16 * steps, batch_size=8, context=16, lr=1e-3, warmup_steps=1, eval_interval=20,
+                        eval_tokens=256, checkpoint_every=50, dense_log_steps=0, seed=1).run_settings()
+    return dict(train=train, model={"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8,
+                                    "tie_word_embeddings": True},
+                init_seed=1, role="test", train_file=str(tmp_path / "t.npy"), val_file=str(tmp_path / "t.npy"),
+                tokenizer_dir=str(tmp_path / "tok"), out_dir=str(tmp_path / "model"), gpus=1)
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists() or not shutil.which("bash"), reason="needs Linux's /proc, bash")
+def test_kill_9_of_the_run_stops_its_job_under_a_shell_that_does_not_exec_it(tmp_path):
+    """The run (standing in for Snakemake) starts a training job through a shell that stays its parent, as bash
+    4.4 and 5.0 do, and is killed with SIGKILL mid-training: the shell lives on, the job does not - it gets
+    SIGTERM from its watch of the run, writes a checkpoint, ends and frees its device at once; the next run of
+    the job resumes from that checkpoint and finishes."""
+    kw, log = _training_kw(tmp_path, steps=600), tmp_path / "job.log"
+    env = {**os.environ, gpus.POOL_ENV: "0", gpus.LOCKS_ENV: str(tmp_path / "locks"), gpus.SLOTS_ENV: "1",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO / "workflow" / "scripts")}
+    env.pop("GROWLM_PARENT_PID", None)
+    run = subprocess.Popen([sys.executable, "-c", RUN, TRAINING_JOB, json.dumps(kw), str(log)], env=env,
+                           stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    shell = int(run.stdout.readline())
+    job = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not re.search(r"\] step (?:[6-9]\d|\d{3,})/",
+                                                            log.read_text() if log.is_file() else ""):
+            time.sleep(0.1)
+        (job,) = [int(p.name) for p in Path("/proc").glob("[0-9]*") if alive(int(p.name)) and
+                  _parent(int(p.name)) == shell]
+        assert alive(job), log.read_text()[-2000:]
+        os.kill(run.pid, signal.SIGKILL)  # the run alone, as `kill -9 <pid>` of Snakemake
+        run.wait()
+        assert alive(shell), "the shell was to outlive the run, as bash before 5.1 does"
+        deadline = time.monotonic() + 30
+        while alive(job) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(job), "the training job ran on after its run was killed"
+        text = log.read_text()
+        assert re.search(r"SIGTERM after step \d+/600: checkpoint written", text), text[-2000:]
+        got = subprocess.run([sys.executable, "-c", "from growlm.gpus import claim\n"
+                              "claim(1, who='next job', log=lambda line: None, say_every_s=1)\nprint('GOT')"],
+                             env=env, capture_output=True, text=True, timeout=10)
+        assert "GOT" in got.stdout, "the device was still held after the job had ended"
+    finally:
+        for pid in (run.pid, shell, job):
+            if pid:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        run.wait()
+    again = subprocess.run([sys.executable, "-c", RUN, TRAINING_JOB, json.dumps(kw), str(log)], env=env,
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, log.read_text()[-3000:]
+    assert re.search(r"resumed from checkpoint step_\d+", log.read_text()), log.read_text()[-2000:]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
