@@ -256,3 +256,43 @@ def test_kill_9_of_the_run_stops_its_job_under_a_shell_that_does_not_exec_it(tmp
     assert again.returncode == 0, log.read_text()[-3000:]
     assert re.search(r"resumed from checkpoint step_\d+", log.read_text()), log.read_text()[-2000:]
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+STARTS_SLEEP = r"""
+import threading, time
+from growlm import launch
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a job has threads (its run's watch)
+proc = launch.start(["sleep", "600"])
+print(proc.pid, flush=True)
+proc.wait()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_a_program_the_job_started_ends_with_the_job_whatever_it_is(tmp_path):
+    """A process the job started (here `sleep`, which can watch nothing itself) asked for SIGTERM at the job's
+    death before it exec'd its program: kill -9 of the job ends it at once."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow" / "scripts")}
+    env.pop("GROWLM_PARENT_PID", None)
+    job = subprocess.Popen([sys.executable, "-c", STARTS_SLEEP], env=env, stdout=subprocess.PIPE, text=True)
+    child = int(job.stdout.readline())
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.02)  # the exec wrapper has set the signal and exec'd the program
+        assert alive(child) and Path(f"/proc/{child}/comm").read_text().strip() == "sleep"
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.monotonic() + 10
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), "the program ran on after the job was killed"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_program_that_is_not_there_is_an_oserror_of_the_start():
+    """What Popen would raise (a profiler's tool missing is an answer, not a crash: growlm.profiling.tools)."""
+    with pytest.raises(FileNotFoundError, match="no-such-growlm-program"):
+        launch.start(["no-such-growlm-program", "--version"])

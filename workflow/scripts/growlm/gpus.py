@@ -41,9 +41,13 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
 import shutil
+import socket
 import stat
+import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +57,8 @@ from growlm.errors import GrowlmError
 POOL_ENV = "GROWLM_GPUS"
 LOCKS_ENV = "GROWLM_GPU_LOCKS"
 SLOTS_ENV = "GROWLM_GPU_SLOTS"
+HELD_ENV = "GROWLM_GPU_LOCK_FDS"  # the lock files a process inherited, by descriptor (growlm.launch.start sets it)
+HAND_ON_ENV = "GROWLM_GPU_LOCK_SOCKET"  # where a torchrun agent hands its workers the job's lock files
 PLACED_ENV = "GROWLM_GPUS_PLACED_BY"  # "scheduler": a cluster executor submitted this job with its own GPUs
 DEVICE_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # an index means what nvidia-smi shows with it
 DEFAULT_LOCKS = "/tmp/growlm-gpus"
@@ -218,6 +224,71 @@ class Claim:
 def held_fds() -> list[int]:
     """The open lock files of this process's claim, for its child processes to inherit (`pass_fds`)."""
     return list(_HELD)
+
+
+# A process that starts processes which do not inherit its open files hands them the lock files over a Unix
+# socket instead (SCM_RIGHTS): torch's elastic agent starts its workers with close_fds, so a worker would
+# otherwise hold none of the job's devices, and a worker that outlived its agent and job (kill -9 of the
+# job's process group) would go on writing on devices already given to the next job. A descriptor passed
+# this way is the same open file, so the worker holds the same lock, until it has ended.
+
+
+def inherited() -> list[int]:
+    """The lock files this process inherited from the job (`HELD_ENV`, set by `growlm.launch.start`) that are
+    still open here, held as its own."""
+    fds = []
+    for text in os.environ.get(HELD_ENV, "").split(","):
+        if text.strip().isdigit():
+            try:
+                os.fstat(int(text))
+            except OSError:
+                continue
+            fds.append(int(text))
+    _HELD.extend(fd for fd in fds if fd not in _HELD)
+    return fds
+
+
+def hand_on(fds: list[int]) -> str:
+    """Serve `fds` to this process's workers: a Unix socket in the abstract namespace (nothing to clean up;
+    it ends with this process) where a daemon thread gives every connecting process of this user a copy of
+    them. Returns its name, for `HAND_ON_ENV`."""
+    name = f"growlm-gpus-{os.getpid()}-{secrets.token_hex(6)}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(64)
+    me = os.getuid()
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                      struct.calcsize("3i")))
+                if uid == me:
+                    socket.send_fds(conn, [b"L"], fds)
+
+    threading.Thread(target=serve, name="growlm-gpu-locks", daemon=True).start()
+    return name
+
+
+def take_over(environ: dict | None = None) -> list[int]:
+    """In a worker of a torchrun launch: take the job's lock files from its agent (`hand_on`; `HAND_ON_ENV`
+    names the socket) and hold them until this process ends. Nothing when the agent hands none (a job
+    that claimed no GPU). Raises GrowlmError when the agent does not answer: a worker that cannot hold the
+    job's devices must not use them."""
+    name = (os.environ if environ is None else environ).get(HAND_ON_ENV)
+    if not name:
+        return []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect("\0" + name)
+            _msg, fds, _flags, _addr = socket.recv_fds(conn, 16, 64)
+    except OSError as err:
+        raise GrowlmError(f"could not take over the job's GPU locks from its torchrun agent ({err}); the agent "
+                          "has ended, or this process was not started by it") from None
+    _HELD.extend(fds)
+    return fds
 
 
 def _take(key: str, slots: int) -> int | None:

@@ -15,9 +15,12 @@ training jobs and the runner ask here.
 
 Every process a job starts ends with the job and holds the job's devices until it has ended:
 - it inherits the open lock files of the job's GPUs (`pass_fds`) and gets SIGTERM when its parent dies,
-  and stops at once if that parent is gone before it could ask for the signal
-  (`growlm.errors.stop_with_parent`; torch's elastic agent starts its workers in sessions of their own
-  and does not pass them open files, so each worker asks for the signal itself);
+  and stops at once if that parent is gone before it could ask for the signal: a small exec wrapper
+  (`WITH_PARENT`) asks for the signal in the new process and execs the command, instead of a preexec_fn
+  in the job, which has threads; torch's elastic agent starts its workers in sessions of their own and
+  does not pass them open files, so each worker asks for the signal itself and watches its agent
+  (`growlm.errors.stop_with_parent`), and takes the lock files over from its agent
+  (`growlm.gpus.take_over`), so that a worker outliving its agent and its job still holds the devices;
 - the job becomes a subreaper (PR_SET_CHILD_SUBREAPER): a worker whose agent was killed becomes the
   job's child, not init's, and the job waits for every such process (SIGTERM, then SIGKILL after a
   grace time) before it returns - so the job's locks outlive them all;
@@ -38,9 +41,9 @@ at a c10d rendezvous on the first node:
   other nodes to resolve, as torchtitan and Lightning do: on the first node Debian and Ubuntu map the
   host's own name to 127.0.1.1, which says nothing of what the others reach. Only an address that is
   loopback whatever resolves it (127.0.0.1, localhost) while the nodes are other hosts stops the job;
-- the port is one free on the first node a moment before; if something took it meanwhile, the first
-  node's agent says so (`--port-taken`) and the launch starts again on another port, up to
-  `RENDEZVOUS_TRIES` times, instead of spending the job's retry;
+- the port is one free on the first node a moment before; if something took it meanwhile, torch's own
+  bind of it fails (EADDRINUSE), the first node's agent says so (`--port-taken`) and the launch starts
+  again on another port, up to `RENDEZVOUS_TRIES` times, instead of spending the job's retry;
 - the first node's agent hosts the rendezvous store (`is_host`), the others connect to it;
 - `--cpus-per-task` is given (else each task gets one CPU); `--kill-on-bad-exit=1` and torchrun's
   `--max-restarts=0` end the whole job when one process fails, so the retried job resumes from its last
@@ -56,9 +59,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import ipaddress
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,7 +75,7 @@ from pathlib import Path
 
 from growlm import gpus
 from growlm.console import log as job_log
-from growlm.errors import PARENT_ENV, GrowlmError, package_env, stop_with_parent
+from growlm.errors import PARENT_ENV, GrowlmError, package_env
 
 INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 NPROC_ENV = "GROWLM_NPROC"  # processes per node whatever the GPUs (e.g. 2 gloo processes on a CPU, for tests)
@@ -243,16 +248,49 @@ def reap(grace_s: float = GRACE_S, log=print, *, keep: set[int] | frozenset = fr
     return found
 
 
+# The small exec wrapper a job's processes start through: it asks for SIGTERM at its parent's death
+# (PR_SET_PDEATHSIG, which survives exec), stops if that parent is gone already, and execs the command.
+# The setting is made in the new process itself, not from subprocess's preexec_fn: the job has threads (a
+# watch of its run, a log reader), and Python's subprocess docs warn that preexec_fn is not safe in a
+# process with threads (the child may deadlock on a lock another thread held at fork).
+WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('growlm: the job that started this process (pid %s) is gone; stopping' % sys.argv[1])\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as err:\n"
+    "    sys.exit('growlm: cannot run %s: %s' % (sys.argv[2], err))\n"
+)
+
+
+def _program(cmd0: str, env: dict) -> str:
+    """The program a command runs, as Popen would find it; OSError (as Popen raises it) when there is none."""
+    if os.sep in cmd0:
+        if os.path.isfile(cmd0) and os.access(cmd0, os.X_OK):
+            return cmd0
+        raise FileNotFoundError(errno.ENOENT, "no such executable", cmd0)
+    found = shutil.which(cmd0, path=env.get("PATH", os.defpath))
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, "not found on PATH", cmd0)
+    return cmd0
+
+
 def start(cmd: list[str], *, env: dict | None = None, new_session: bool = False, **popen) -> subprocess.Popen:
-    """Start a process of this job (see the module docstring): it inherits the job's GPU locks, gets SIGTERM
-    when this process dies (or stops at once if this one is gone already), and this process becomes a
-    subreaper for it and everything it starts. `new_session`: in a session of its own (a profiler, so that a
-    timeout can end all it started); `popen`: the rest of subprocess.Popen's arguments."""
+    """Start a process of this job (see the module docstring) through `WITH_PARENT`: it inherits the job's GPU
+    locks (and learns their descriptors, `growlm.gpus.HELD_ENV`, to hand them on), gets SIGTERM when this
+    process dies (or stops at once if this one is gone already), and this process becomes a subreaper for
+    it and everything it starts. `new_session`: in a session of its own (a profiler, so that a timeout can
+    end all it started; Popen does that without preexec_fn); `popen`: the rest of subprocess.Popen's
+    arguments. A command that is not there raises OSError here, as Popen would."""
     _subreaper()
-    me = os.getpid()
-    return subprocess.Popen([str(c) for c in cmd], env={**package_env(env), PARENT_ENV: str(me)},
-                            preexec_fn=lambda: stop_with_parent(me), pass_fds=gpus.held_fds(),
-                            start_new_session=new_session, **popen)
+    me, held = os.getpid(), gpus.held_fds()
+    cmd = [str(c) for c in cmd]
+    full_env = {**package_env(env), PARENT_ENV: str(me), gpus.HELD_ENV: ",".join(map(str, held))}
+    _program(cmd[0], full_env)
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", WITH_PARENT, str(me), *cmd], env=full_env,
+                            pass_fds=held, start_new_session=new_session, **popen)
 
 
 @contextlib.contextmanager
@@ -404,7 +442,7 @@ def run_across_nodes(alloc: Allocation, *, job_file, work_dir, log=print, tries:
         rc = run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
         if rc == 0 or not marker.is_file():
             return rc
-        log(f"the rendezvous port of {endpoint} was taken on {alloc.nodes[0]} before its agent could bind it "
+        log(f"the rendezvous port of {endpoint} was taken on {alloc.nodes[0]} when its agent bound it "
             f"({marker.read_text().strip()}); launching again on another port ({attempt} of {tries})")
     return rc
 
