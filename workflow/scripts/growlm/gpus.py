@@ -17,9 +17,11 @@ share them too). The key is what identifies the device on the machine, its UUID 
 gives one: an allocation that constrains devices renumbers them from 0, and two allocations on one
 node may share /tmp, so two jobs' "GPU 0" may be different devices. A lock file is made readable and
 writable by everyone (mode 0666 whatever the umask), so that another user's run on the machine can
-test it. A device has one slot, or k when k jobs share it (`resources.gpu_share`, the number 1/k: 0.5 for two; the
-Snakefile passes k on as $GROWLM_GPU_SLOTS): a job takes one slot on each of its devices, and the
-least busy devices first, so that shared jobs spread over the free GPUs before doubling up. Runs
+test it. A device has one slot, or k when k jobs share it (`resources.gpu_share`, the number 1/k: 0.5 for two; a
+share for which the jobs of a GPU would plan for more than all of it is refused, `share_problem`; the Snakefile passes k on as $GROWLM_GPU_SLOTS): a job
+takes one slot on each of its devices, and the least busy devices first, so that shared jobs spread over
+the free GPUs before doubling up; one claim at a time ranks and takes (`_claiming`), so that two jobs
+started together do not both take the same free device. Runs
 that share a machine at the same time use the same share. The kernel releases a lock when the last
 process holding its open file ends, however it ends (SIGKILL included), so nothing has to clean up;
 every process a job starts holds the open files too (`growlm.launch` passes them on), so a job's
@@ -38,6 +40,7 @@ Torch-free: the Snakefile reads the machine's devices while Snakemake parses it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -116,9 +119,34 @@ def pool_problem(environ: dict | None = None) -> str | None:
     return None
 
 
+SHARE_OVER = 0.005  # how far k x share may exceed a whole GPU: 1/k written to three decimals (0.167 for 1/6)
+
+
+def share_problem(gpu_share: float) -> str | None:
+    """Why `gpu_share` does not divide a GPU among a whole number of jobs, or None.
+
+    k = round(1/share) jobs share a GPU, each planning for `gpu_share` of it. A share for which those k
+    jobs together plan for more than the GPU is refused, not rounded: rounding 1/share to the nearest
+    count (as growlm did) over-commits the GPU (0.6 gave 2 jobs, 120% of its memory; 0.35 gave 3, 105%),
+    and the last job runs out of memory hours in; rounding down instead (0.6 -> 1 job) would run a
+    different experiment from the one asked for (one job per GPU where the user expected company) without
+    a word. 1/k written to two or three decimals passes (0.33, 0.333, 0.167), and so does a share below
+    1/k, which leaves headroom (0.45: 2 jobs, 90% of the GPU; 0.9: one job)."""
+    k = max(1, round(1 / gpu_share))
+    if k * gpu_share <= 1 + SHARE_OVER:
+        return None
+    return (f"resources.gpu_share = {gpu_share}: {k} jobs per GPU would plan for {k * gpu_share:.0%} of its memory; "
+            f"give 1/k for k jobs per GPU, e.g. {1 / (k - 1):.3g} ({k - 1} job{'s' if k > 2 else ''}) or "
+            f"{1 / k:.3g} ({k} jobs)")
+
+
 def slots_per_gpu(gpu_share: float) -> int:
-    """How many jobs share one GPU when each may plan for `gpu_share` of it."""
-    return max(1, int(round(1 / gpu_share)))
+    """How many jobs share one GPU when each may plan for `gpu_share` of it (a share is
+    refused when those jobs would plan for more than the GPU: `share_problem`)."""
+    problem = share_problem(gpu_share)
+    if problem:
+        raise GrowlmError(problem)
+    return max(1, round(1 / gpu_share))
 
 
 def placed_by_scheduler(environ: dict | None = None) -> bool:
@@ -300,6 +328,21 @@ def _take(key: str, slots: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def _claiming():
+    """The machine's claim lock (`claim.lock` in the locks folder), held while one claim ranks the devices
+    by how busy they are and takes its slots. Without it two claims started together rank the same free
+    device first and both take a slot of it (measured: 2 claims on 4 fake devices with 2 slots each landed
+    on one device 3 times in 15) while other devices stay free. It is held for a few milliseconds, never
+    while a job waits for devices, and released by the kernel if the claiming process dies."""
+    fd = _open(locks_dir() / "claim.lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def claim(count: int, *, who: str = "", log=print, slots: int | None = None,
           say_every_s: float = SAY_EVERY_S) -> Claim:
     """Claim `count` devices of this machine for this process (a slot on each: `slots` per device, default
@@ -329,18 +372,20 @@ def claim(count: int, *, who: str = "", log=print, slots: int | None = None,
     start = said = time.monotonic()
     first = True
     while True:
-        got: list[tuple[str, int]] = []
-        order = sorted(pool, key=lambda d: _busy(keys[d], slots)) if slots > 1 else pool  # a free GPU first
-        for device in order:
-            fd = _take(keys[device], slots)
-            if fd is not None:
-                got.append((device, fd))
-                if len(got) == count:
-                    break
+        with _claiming():  # ranking the devices and taking slots, one claim at a time on this machine
+            got: list[tuple[str, int]] = []
+            order = sorted(pool, key=lambda d: _busy(keys[d], slots)) if slots > 1 else pool  # a free GPU first
+            for device in order:
+                fd = _take(keys[device], slots)
+                if fd is not None:
+                    got.append((device, fd))
+                    if len(got) == count:
+                        break
+            if len(got) < count:
+                for _, fd in got:
+                    os.close(fd)
         if len(got) == count:
             break
-        for _, fd in got:
-            os.close(fd)
         now = time.monotonic()
         if first or now - said >= say_every_s:
             busy = "; ".join(f"{d}: {holders(keys[d], slots) or 'held'}" for d in pool
