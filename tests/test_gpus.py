@@ -219,7 +219,7 @@ def test_locks_are_named_by_the_devices_uuid(machine, tmp_path):
     assert line(a, "GOT") == "0"
     b = machine(1, environ={gpus.POOL_ENV: "0", "PATH": fake_nvidia_smi(tmp_path / "b", ["GPU-bbbb-2222"])})
     assert line(b, "GOT") == "0"
-    names = sorted(f.name for f in (tmp_path / "locks").iterdir())
+    names = sorted(f.name for f in (tmp_path / "locks").glob("gpu-*.lock"))
     assert names == ["gpu-GPU-aaaa-1111.0.lock", "gpu-GPU-bbbb-2222.0.lock"], names
 
 
@@ -227,8 +227,9 @@ def test_lock_files_are_open_to_every_user_whatever_the_umask_and_jobs_see_pci_o
     job = machine(1, umask=0o077)
     assert line(job, "GOT") == "0"
     assert line(job, "ORDER") == "PCI_BUS_ID"  # the index nvidia-smi shows is the device the job gets
-    (lock,) = (tmp_path / "locks").iterdir()
+    (lock,) = (tmp_path / "locks").glob("gpu-*.lock")
     assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # another user's run can test it
+    assert stat.S_IMODE((tmp_path / "locks" / "claim.lock").stat().st_mode) == 0o666  # and the claim lock
 
 
 @pytest.mark.parametrize("pool, said", [("0,0", "names GPU 0 more than once"), ("a,b", "'a', 'b' is no GPU id"),
