@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, alive, run_snakemake
-from growlm import gpus, launch
+from growlm import gpus, launch, processes
 from growlm.errors import GrowlmError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,25 +145,61 @@ def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_
         job.wait()
 
 
-def test_one_module_says_how_a_job_gets_its_devices_and_processes():
-    """The entry scripts, the job functions, the runner and the error boundary ask growlm.launch: none reads the
-    `gpu` resource itself, claims GPUs, picks a free port or builds a torchrun command but it (and the agent it
-    starts, growlm.node_agent)."""
-    scripts = REPO / "workflow" / "scripts"
-    library = scripts / "growlm"
-    for path in sorted(scripts.glob("*.py")):
-        text = path.read_text()
-        assert "sm.resources" not in text.replace("job_devices(sm.resources, sm.rule)", ""), path.name
-    for path in sorted(library.rglob("*.py")):
-        text, name = path.read_text(), path.relative_to(library).as_posix()
-        if name not in ("launch.py", "gpus.py"):
-            assert ".claim(" not in text and "import claim" not in text, name
-        if name != "launch.py":
-            assert "def free_port" not in text and "def _free_port" not in text, name
-            assert "def processes_for" not in text or name == "prepare.py", name  # prepare's: corpus processes
-        if name not in ("launch.py", "node_agent.py"):
-            assert '"torch.distributed.run"' not in text and "srun" not in re.sub(r"#.*|\"\"\"[\s\S]*?\"\"\"", "",
-                                                                                    text), name
+ONE_PROCESS = ("profile", "evaluate_model", "evaluate_ensemble", "evaluate_tasks")  # rules whose job is one process
+
+
+@pytest.mark.parametrize("resources", ["{gpu: 0}", "{gpu: 2}", "{gpu: 2, gpu_share: 0.5}"])
+def test_the_devices_a_rule_claims_are_the_ones_its_job_runs_processes_on(tmp_path, resources):
+    """The tiny experiment planned in this process with the training jobs asking for 0 or 2 GPUs: every
+    training job starts as many processes on its node as its rule claims GPUs (params.how, which its script
+    passes to the runner, against resources.gpu); a job that runs one process (evaluation, profiling, a grow
+    job) claims at most one GPU, and only when the training jobs ask for any; the rest claim none.
+    growlm.launch says both sides."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+
+    from conftest import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "res.yaml").write_text(f"resources: {resources}\n")
+    asked = int(re.search(r"gpu: (\d)", resources).group(1))
+    with pytest.MonkeyPatch.context() as mp:  # what the Snakefile exports for its jobs is undone after
+        for name in ("GROWLM_PARENT_PID", gpus.PLACED_ENV, gpus.SLOTS_ENV, "CUDA_DEVICE_ORDER", "PYTHONPATH",
+                     "GROWLM_LIBRARY"):
+            mp.setenv(name, "")
+            mp.delenv(name)
+        mp.setenv(gpus.POOL_ENV, "")  # the planning machine has no GPU: nothing is counted from it
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(
+                configfiles=[wd / "config" / "config.yaml", TINY, wd / "res.yaml"]),
+                snakefile=wd / "workflow" / "Snakefile", workdir=wd)
+            wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
+            jobs = list(wf._workflow.dag.jobs)
+    seen = set()
+    for job in jobs:
+        claims = int(getattr(job.resources, "gpu", 0) or 0)
+        how = getattr(job.params, "how", None)
+        if isinstance(how, dict) and "gpus" in how:
+            assert how["gpus"] == claims == asked and how["nodes"] == 1, (job.rule.name, how, claims)
+            seen.add("training")
+        elif job.rule.name in ONE_PROCESS or (job.rule.name == "grow" and claims):  # grow: a schedule
+            assert claims == min(1, asked), (job.rule.name, claims)
+            seen.add(job.rule.name)
+        else:
+            assert claims == 0, (job.rule.name, claims)
+    assert {"training", "profile", "evaluate_model"} <= seen, seen
+
+
+def test_a_rule_whose_gpu_and_gres_disagree_on_one_node_is_refused():
+    """`--set-resources train_small:gres=gpu:2` beside the config's gpu 1: the job would claim one device and
+    start two processes. Said before the first job, as every resource problem."""
+    problems = launch.resource_problems({"train_small": {"gpu": 1, "gres": "gpu:2", "nodes": 1},
+                                         "refine": {"gpu": 2, "gres": "gpu:2"}}, "local")
+    assert problems == ["rule train_small: resources gpu=1 and gres='gpu:2' disagree on one node: give one of them"]
+    with pytest.raises(GrowlmError, match="disagree"):
+        launch.job_launch({"gpu": 1, "gres": "gpu:2"})
+    assert launch.job_launch({"nodes": 2, "gres": "gpu:4", "cpus_per_task": 8}) == {"gpus": 4, "nodes": 2,
+                                                                                   "cpus_per_task": 8}
 
 
 # Snakemake runs a job's script as `bash -c "set -euo pipefail; python ..."`; bash before 5.1 does not exec that
@@ -260,9 +296,9 @@ def test_kill_9_of_the_run_stops_its_job_under_a_shell_that_does_not_exec_it(tmp
 
 STARTS_SLEEP = r"""
 import threading, time
-from growlm import launch
+from growlm import processes
 threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a job has threads (its run's watch)
-proc = launch.start(["sleep", "600"])
+proc = processes.start(["sleep", "600"])
 print(proc.pid, flush=True)
 proc.wait()
 """
@@ -295,4 +331,4 @@ def test_a_program_the_job_started_ends_with_the_job_whatever_it_is(tmp_path):
 def test_a_program_that_is_not_there_is_an_oserror_of_the_start():
     """What Popen would raise (a profiler's tool missing is an answer, not a crash: growlm.profiling.tools)."""
     with pytest.raises(FileNotFoundError, match="no-such-growlm-program"):
-        launch.start(["no-such-growlm-program", "--version"])
+        processes.start(["no-such-growlm-program", "--version"])

@@ -60,7 +60,7 @@ from growlm.errors import GrowlmError
 POOL_ENV = "GROWLM_GPUS"
 LOCKS_ENV = "GROWLM_GPU_LOCKS"
 SLOTS_ENV = "GROWLM_GPU_SLOTS"
-HELD_ENV = "GROWLM_GPU_LOCK_FDS"  # the lock files a process inherited, by descriptor (growlm.launch.start sets it)
+HELD_ENV = "GROWLM_GPU_LOCK_FDS"  # the lock files a process inherited, by descriptor (growlm.processes.start sets it)
 HAND_ON_ENV = "GROWLM_GPU_LOCK_SOCKET"  # where a torchrun agent hands its workers the job's lock files
 PLACED_ENV = "GROWLM_GPUS_PLACED_BY"  # "scheduler": a cluster executor submitted this job with its own GPUs
 DEVICE_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # an index means what nvidia-smi shows with it
@@ -262,7 +262,7 @@ def held_fds() -> list[int]:
 
 
 def inherited() -> list[int]:
-    """The lock files this process inherited from the job (`HELD_ENV`, set by `growlm.launch.start`) that are
+    """The lock files this process inherited from the job (`HELD_ENV`, set by `growlm.processes.start`) that are
     still open here, held as its own."""
     fds = []
     for text in os.environ.get(HELD_ENV, "").split(","):
