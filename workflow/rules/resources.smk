@@ -38,8 +38,8 @@ def source_threads(wildcards):
 
 
 def training_resources():
-    """The resources every training rule asks for: growlm.launch.training_resources, which says how a job
-    gets its devices and processes."""
+    """The resources of every training job (growlm.launch.training_resources, which says how a job
+    gets its devices and processes)."""
     return launch.training_resources(config["resources"], config["train"]["threads"])
 
 
