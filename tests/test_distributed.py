@@ -256,7 +256,7 @@ def test_a_rendezvous_port_taken_before_the_first_agent_binds_it_is_tried_again(
                                      gpus_per_node=0)
     assert rc == 0, said
     assert sum("launching 1 processes on SLURM nodes n1" in s for s in said) == 2, said
-    assert any("was taken on n1 before its agent could bind it" in s for s in said), said
+    assert any("was taken on n1 when its agent bound it" in s for s in said), said
     assert (d / "port_model" / "model.safetensors").is_file()
 
 
@@ -291,11 +291,9 @@ train_model(**__import__("json").loads(sys.argv[1]))
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
-def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_job_before_they_end(tmp_path):
-    """A job on two fake GPUs with two processes under torchrun (gloo on the CPU); its torchrun agent is killed
-    with SIGKILL mid-training. Its workers stop (they asked for SIGTERM at their agent's death), and no other
-    job gets the devices before the last of them is gone: the job waits for them before it ends."""
+def _start_killed_job(tmp_path: Path):
+    """A job on two fake GPUs with two processes under torchrun (gloo on the CPU), in a session of its own:
+    (job, env, {worker pid: agent pid}) once both workers train."""
     from growlm.tokenizer import fit_tokenizer
 
     text = tmp_path / "train.txt"
@@ -316,23 +314,41 @@ def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_
                                                                                 / "scripts")}
     env.pop("GROWLM_PARENT_PID", None)
     job = subprocess.Popen([sys.executable, "-c", KILLED_JOB, json.dumps(kw)], env=env, cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     workers: dict[int, int] = {}
+    assert job.stdout.readline().startswith("GOT 0,1")
+    deadline = time.monotonic() + 120
+    while len(workers) < 2 and time.monotonic() < deadline:  # the agent has started both workers
+        workers = {p: pp for p, pp in _processes_with("growlm.torchrun").items()
+                   if str(tmp_path) in (cmd := Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"))
+                   and "torch.distributed.run" not in cmd and "growlm.node_agent" not in cmd}  # not their agent
+        time.sleep(0.2)
+    return job, env, workers
+
+
+def _holds_locks(pid: int, locks: Path) -> int:
+    """How many GPU lock files of `locks` process `pid` has open."""
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        with contextlib.suppress(OSError):
+            held += os.readlink(fd).startswith(str(locks))
+    return held
+
+
+NEXT_JOB = "from growlm.gpus import claim\nclaim(2, who='next job')\nprint('GOT', flush=True)"
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_job_before_they_end(tmp_path):
+    """The job's torchrun agent is killed with SIGKILL mid-training. Its workers stop (they asked for SIGTERM
+    at their agent's death), and no other job gets the devices before the last of them is gone."""
+    job, env, workers = _start_killed_job(tmp_path)
     try:
-        assert job.stdout.readline().startswith("GOT 0,1")
-        deadline = time.monotonic() + 120
-        while len(workers) < 2 and time.monotonic() < deadline:  # the agent has started both workers
-            workers = {p: pp for p, pp in _processes_with("growlm.torchrun").items()
-                       if str(tmp_path) in (cmd := Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"))
-                       and "torch.distributed.run" not in cmd}  # the workers, not their agent
-            time.sleep(0.2)
         assert len(workers) == 2, "the workers did not start"
         time.sleep(3)  # training
         (agent,) = set(workers.values())
         os.kill(agent, signal.SIGKILL)
-        other = subprocess.Popen([sys.executable, "-c", "from growlm.gpus import claim\nimport os\n"
-                                  "claim(2, who='next job')\nprint('GOT', flush=True)"], env=env,
-                                 stdout=subprocess.PIPE, text=True)
+        other = subprocess.Popen([sys.executable, "-c", NEXT_JOB], env=env, stdout=subprocess.PIPE, text=True)
         while not (said := other.stdout.readline()).startswith("GOT"):  # until the devices were released
             assert said, "the next job ended without its devices"
         running = [w for w in workers if alive(w)]
@@ -344,3 +360,102 @@ def test_kill_9_of_the_torchrun_agent_leaves_no_worker_and_no_device_to_another_
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         job.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_kill_9_of_the_jobs_process_group_leaves_the_devices_to_its_workers_until_they_end(tmp_path):
+    """The job and its torchrun agent are killed together (SIGKILL to the job's process group; torch starts the
+    workers in sessions of their own, so they are not in it, and the job's lock files close with it). Every
+    worker holds the job's GPU locks itself, so the next job gets the devices only once the workers have
+    ended, and they do end: SIGTERM at their agent's death."""
+    job, env, workers = _start_killed_job(tmp_path)
+    other = None
+    try:
+        assert len(workers) == 2, "the workers did not start"
+        (agent,) = set(workers.values())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(_holds_locks(w, tmp_path / "locks") == 2 for w in workers):
+            time.sleep(0.2)
+        assert all(_holds_locks(w, tmp_path / "locks") == 2 for w in workers), "a worker holds no lock of the job's GPUs"
+        os.killpg(job.pid, signal.SIGKILL)  # the job and its agent, as kill -9 of the job's process group
+        job.wait()
+        other = subprocess.Popen([sys.executable, "-c", NEXT_JOB], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        while not (said := other.stdout.readline()).startswith("GOT"):  # until the devices were released
+            assert said, "the next job ended without its devices"
+        running = [w for w in workers if alive(w)]
+        assert not running, f"workers {running} still ran when the next job got their devices"
+        assert not alive(agent)
+        other.wait(timeout=30)
+    finally:
+        for pid in [*workers]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        if other:
+            other.kill()
+            other.wait()
+
+
+HOOK = r"""
+import os, socket, sys
+import growlm.node_agent as agent
+
+real, held = agent.torchrun, []
+
+
+def take_the_port_first(args):  # another process binds the port after whatever the agent checked, before torch
+    port = int(next(a for a in args if a.startswith("--rdzv-endpoint=")).rsplit(":", 1)[1])
+    if not os.path.exists(os.environ["TAKEN_ONCE"]):
+        open(os.environ["TAKEN_ONCE"], "w").close()
+        s = socket.socket()
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        held.append(s)
+    return real(args)
+
+
+agent.torchrun = take_the_port_first
+sys.exit(agent.main(sys.argv[3:]))  # after `-m growlm.node_agent`
+"""
+
+
+def test_a_rendezvous_port_taken_between_the_agents_check_and_torchs_bind_is_tried_again(setup, tmp_path,
+                                                                                           monkeypatch):
+    """Another process binds the rendezvous port in the moment between the agent's start and torch's own bind:
+    torch's bind failure itself (EADDRINUSE) makes the agent say the port was taken, and the job launches again
+    on another port instead of failing."""
+    from growlm import launch
+
+    d = setup
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n')
+    srun.chmod(0o755)
+    (tmp_path / "hook.py").write_text(HOOK)
+    monkeypatch.setenv("PATH", f"{srun.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("TAKEN_ONCE", str(tmp_path / "taken-once"))
+    python = tmp_path / "bin" / "python-hooked"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "hook.py"} "$@"\n')
+    python.chmod(0o755)
+    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=1,
+                     device="cpu", memory_limit_gb=1, measure=False)
+    write_plan(base, d / "window_plan.json")
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
+                      out_dir=d / "window_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
+                      start={"build": MODEL}, ckpt_dir=d / "window_ck", plan_file=d / "window_plan.json",
+                      ledger_file=d / "window.csv", summary_file=d / "window.json")
+    (d / "window_job.json").write_text(job.to_json())
+    said = []
+    rc = launch.run_across_nodes(launch.Allocation("6", ["n1"], ["127.0.0.1"]), job_file=d / "window_job.json",
+                                 work_dir=tmp_path, log=said.append, nproc_per_node=1, cpus_per_task=0,
+                                 gpus_per_node=0, python=str(python))
+    assert (tmp_path / "taken-once").is_file(), "the hook did not run"
+    assert rc == 0, said
+    assert sum("launching 1 processes on SLURM nodes n1" in s for s in said) == 2, said
+    assert any("was taken on n1 when its agent bound it" in s and "EADDRINUSE" in s for s in said), said
+    assert (d / "window_model" / "model.safetensors").is_file()

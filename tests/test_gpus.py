@@ -14,17 +14,20 @@ machine is in tests/test_workflow_gpus.py.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_snakemake
+from conftest import TINY, plan, run_snakemake
 from growlm import gpus
+from growlm.errors import GrowlmError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,6 +87,54 @@ def test_the_machine_devices_come_from_growlm_gpus_then_cuda_visible_devices():
     assert gpus.machine_gpus({"CUDA_VISIBLE_DEVICES": "GPU-a1,GPU-b2"}) == ["GPU-a1", "GPU-b2"]
     assert gpus.machine_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
     assert gpus.slots_per_gpu(1.0) == 1 and gpus.slots_per_gpu(0.5) == 2 and gpus.slots_per_gpu(1 / 3) == 3
+
+
+@pytest.mark.parametrize("share, slots", [(1, 1), (0.5, 2), (0.33, 3), (0.333, 3), (0.25, 4), (0.167, 6), (0.45, 2),
+                                          (0.9, 1), (0.125, 8)])
+def test_a_share_gives_as_many_jobs_per_gpu_as_fit_in_it(share, slots):
+    assert gpus.slots_per_gpu(share) == slots and slots * share <= 1.005
+
+
+@pytest.mark.parametrize("share, said", [(0.6, "2 jobs per GPU would plan for 120%"),
+                                         (0.35, "3 jobs per GPU would plan for 105%"),
+                                         (0.55, "2 jobs per GPU would plan for 110%"), (0.17, "6 jobs per GPU")])
+def test_a_share_whose_jobs_would_over_commit_a_gpu_is_refused(share, said):
+    """Rounded, 0.6 gave 2 jobs per GPU (120% of its memory) and 0.35 gave 3 (105%): refused, naming 1/k."""
+    with pytest.raises(GrowlmError, match=re.escape(f"resources.gpu_share = {share}: {said}")):
+        gpus.slots_per_gpu(share)
+
+
+def test_the_config_check_refuses_a_share_that_does_not_divide_a_gpu(workflow_dir):
+    error, jobs = plan(workflow_dir, "resources={gpu_share: 0.6}", configfiles=(TINY,))
+    assert error and "resources.gpu_share = 0.6: 2 jobs per GPU would plan for 120% of its memory" in error, error
+    assert not jobs
+
+
+def test_claims_started_together_never_take_the_same_device_while_another_is_free(tmp_path, monkeypatch):
+    """Four jobs sharing GPUs two to a device (gpu_share 0.5) start at the same instant on four free devices,
+    fifteen times: each time every job gets a device of its own. Ranking the devices by how busy they are and
+    taking a slot is one step under the machine's claim lock; without it two claims ranked the same free
+    device first and both took a slot of it."""
+    monkeypatch.setenv(gpus.POOL_ENV, "0,1,2,3")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(gpus.PLACED_ENV, raising=False)
+    for round_ in range(15):
+        monkeypatch.setenv(gpus.LOCKS_ENV, str(tmp_path / f"locks{round_}"))
+        start, got = threading.Barrier(4), []
+
+        def job():
+            start.wait()
+            got.append(gpus.claim(1, slots=2, log=lambda line: None))
+
+        threads = [threading.Thread(target=job) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        devices = sorted(c.devices[0] for c in got)
+        for c in got:
+            c.release()
+        assert devices == ["0", "1", "2", "3"], f"round {round_}: {devices}"
 
 
 def test_four_jobs_started_together_get_four_devices_and_a_two_gpu_job_waits_for_two_free_ones(machine):
@@ -168,7 +219,7 @@ def test_locks_are_named_by_the_devices_uuid(machine, tmp_path):
     assert line(a, "GOT") == "0"
     b = machine(1, environ={gpus.POOL_ENV: "0", "PATH": fake_nvidia_smi(tmp_path / "b", ["GPU-bbbb-2222"])})
     assert line(b, "GOT") == "0"
-    names = sorted(f.name for f in (tmp_path / "locks").iterdir())
+    names = sorted(f.name for f in (tmp_path / "locks").glob("gpu-*.lock"))
     assert names == ["gpu-GPU-aaaa-1111.0.lock", "gpu-GPU-bbbb-2222.0.lock"], names
 
 
@@ -176,8 +227,9 @@ def test_lock_files_are_open_to_every_user_whatever_the_umask_and_jobs_see_pci_o
     job = machine(1, umask=0o077)
     assert line(job, "GOT") == "0"
     assert line(job, "ORDER") == "PCI_BUS_ID"  # the index nvidia-smi shows is the device the job gets
-    (lock,) = (tmp_path / "locks").iterdir()
+    (lock,) = (tmp_path / "locks").glob("gpu-*.lock")
     assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # another user's run can test it
+    assert stat.S_IMODE((tmp_path / "locks" / "claim.lock").stat().st_mode) == 0o666  # and the claim lock
 
 
 @pytest.mark.parametrize("pool, said", [("0,0", "names GPU 0 more than once"), ("a,b", "'a', 'b' is no GPU id"),

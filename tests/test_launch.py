@@ -13,8 +13,10 @@ job gets the device before the workload has ended.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, alive, run_snakemake
-from growlm import gpus, launch
+from growlm import gpus, launch, processes
 from growlm.errors import GrowlmError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,22 +145,190 @@ def test_a_profiling_job_stopped_by_sigterm_keeps_its_device_until_its_workload_
         job.wait()
 
 
-def test_one_module_says_how_a_job_gets_its_devices_and_processes():
-    """The entry scripts, the job functions, the runner and the error boundary ask growlm.launch: none reads the
-    `gpu` resource itself, claims GPUs, picks a free port or builds a torchrun command but it (and the agent it
-    starts, growlm.node_agent)."""
-    scripts = REPO / "workflow" / "scripts"
-    library = scripts / "growlm"
-    for path in sorted(scripts.glob("*.py")):
-        text = path.read_text()
-        assert "sm.resources" not in text.replace("job_devices(sm.resources, sm.rule)", ""), path.name
-    for path in sorted(library.rglob("*.py")):
-        text, name = path.read_text(), path.relative_to(library).as_posix()
-        if name not in ("launch.py", "gpus.py"):
-            assert ".claim(" not in text and "import claim" not in text, name
-        if name != "launch.py":
-            assert "def free_port" not in text and "def _free_port" not in text, name
-            assert "def processes_for" not in text or name == "prepare.py", name  # prepare's: corpus processes
-        if name not in ("launch.py", "node_agent.py"):
-            assert '"torch.distributed.run"' not in text and "srun" not in re.sub(r"#.*|\"\"\"[\s\S]*?\"\"\"", "",
-                                                                                    text), name
+ONE_PROCESS = ("profile", "evaluate_model", "evaluate_ensemble", "evaluate_tasks")  # rules whose job is one process
+
+
+@pytest.mark.parametrize("resources", ["{gpu: 0}", "{gpu: 2}", "{gpu: 2, gpu_share: 0.5}"])
+def test_the_devices_a_rule_claims_are_the_ones_its_job_runs_processes_on(tmp_path, resources):
+    """The tiny experiment planned in this process with the training jobs asking for 0 or 2 GPUs: every
+    training job starts as many processes on its node as its rule claims GPUs (params.how, which its script
+    passes to the runner, against resources.gpu); a job that runs one process (evaluation, profiling, a grow
+    job) claims at most one GPU, and only when the training jobs ask for any; the rest claim none.
+    growlm.launch says both sides."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, Quietness, ResourceSettings
+
+    from conftest import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "res.yaml").write_text(f"resources: {resources}\n")
+    asked = int(re.search(r"gpu: (\d)", resources).group(1))
+    with pytest.MonkeyPatch.context() as mp:  # what the Snakefile exports for its jobs is undone after
+        for name in ("GROWLM_PARENT_PID", gpus.PLACED_ENV, gpus.SLOTS_ENV, "CUDA_DEVICE_ORDER", "PYTHONPATH",
+                     "GROWLM_LIBRARY"):
+            mp.setenv(name, "")
+            mp.delenv(name)
+        mp.setenv(gpus.POOL_ENV, "")  # the planning machine has no GPU: nothing is counted from it
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(
+                configfiles=[wd / "config" / "config.yaml", TINY, wd / "res.yaml"]),
+                snakefile=wd / "workflow" / "Snakefile", workdir=wd)
+            wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="dryrun")
+            jobs = list(wf._workflow.dag.jobs)
+    seen = set()
+    for job in jobs:
+        claims = int(getattr(job.resources, "gpu", 0) or 0)
+        how = getattr(job.params, "how", None)
+        if isinstance(how, dict) and "gpus" in how:
+            assert how["gpus"] == claims == asked and how["nodes"] == 1, (job.rule.name, how, claims)
+            seen.add("training")
+        elif job.rule.name in ONE_PROCESS or (job.rule.name == "grow" and claims):  # grow: a schedule
+            assert claims == min(1, asked), (job.rule.name, claims)
+            seen.add(job.rule.name)
+        else:
+            assert claims == 0, (job.rule.name, claims)
+    assert {"training", "profile", "evaluate_model"} <= seen, seen
+
+
+def test_a_rule_whose_gpu_and_gres_disagree_on_one_node_is_refused():
+    """`--set-resources train_small:gres=gpu:2` beside the config's gpu 1: the job would claim one device and
+    start two processes. Said before the first job, as every resource problem."""
+    problems = launch.resource_problems({"train_small": {"gpu": 1, "gres": "gpu:2", "nodes": 1},
+                                         "refine": {"gpu": 2, "gres": "gpu:2"}}, "local")
+    assert problems == ["rule train_small: resources gpu=1 and gres='gpu:2' disagree on one node: give one of them"]
+    with pytest.raises(GrowlmError, match="disagree"):
+        launch.job_launch({"gpu": 1, "gres": "gpu:2"})
+    assert launch.job_launch({"nodes": 2, "gres": "gpu:4", "cpus_per_task": 8}) == {"gpus": 4, "nodes": 2,
+                                                                                   "cpus_per_task": 8}
+
+
+# Snakemake runs a job's script as `bash -c "set -euo pipefail; python ..."`; bash before 5.1 does not exec that
+# last command, so the job's parent is a shell that outlives Snakemake. `; true` keeps any bash from exec'ing.
+RUN = r"""
+import os, subprocess, sys
+os.environ["GROWLM_PARENT_PID"] = str(os.getpid())  # what the Snakefile of a local run tells its jobs
+shell = subprocess.Popen(["bash", "-c", 'set -e; "$0" -c "$1" "$2" "$3"; true', sys.executable, *sys.argv[1:]])
+print(shell.pid, flush=True)
+sys.exit(shell.wait())
+"""
+
+TRAINING_JOB = r"""
+import json, sys
+from growlm.errors import job_log
+from growlm.launch import job_devices
+from growlm.jobs.train import train_model
+with job_log(sys.argv[2], "train_small"), job_devices({"gpu": 1}, "train_small"):
+    train_model(**json.loads(sys.argv[1]))
+"""
+
+
+def _training_kw(tmp_path: Path, steps: int) -> dict:
+    import numpy as np
+
+    from growlm.tokenizer import fit_tokenizer
+    from growlm.train_config import TrainConfig
+
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(["the cat sat on the mat", "see the dog run", "a red hen"] * 50))
+    fit_tokenizer([text], tmp_path / "tok", vocab_size=300)
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).integers(0, 256, 20000).astype(np.uint16))
+    train = TrainConfig(tokens=8 * 16 * steps, batch_size=8, context=16, lr=1e-3, warmup_steps=1, eval_interval=20,
+                        eval_tokens=256, checkpoint_every=50, dense_log_steps=0, seed=1).run_settings()
+    return dict(train=train, model={"n_embd": 16, "n_layer": 1, "n_positions": 16, "head_dim": 8,
+                                    "tie_word_embeddings": True},
+                init_seed=1, role="test", train_file=str(tmp_path / "t.npy"), val_file=str(tmp_path / "t.npy"),
+                tokenizer_dir=str(tmp_path / "tok"), out_dir=str(tmp_path / "model"), gpus=1)
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").exists() or not shutil.which("bash"), reason="needs Linux's /proc, bash")
+def test_kill_9_of_the_run_stops_its_job_under_a_shell_that_does_not_exec_it(tmp_path):
+    """The run (standing in for Snakemake) starts a training job through a shell that stays its parent, as bash
+    4.4 and 5.0 do, and is killed with SIGKILL mid-training: the shell lives on, the job does not - it gets
+    SIGTERM from its watch of the run, writes a checkpoint, ends and frees its device at once; the next run of
+    the job resumes from that checkpoint and finishes."""
+    kw, log = _training_kw(tmp_path, steps=600), tmp_path / "job.log"
+    env = {**os.environ, gpus.POOL_ENV: "0", gpus.LOCKS_ENV: str(tmp_path / "locks"), gpus.SLOTS_ENV: "1",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO / "workflow" / "scripts")}
+    env.pop("GROWLM_PARENT_PID", None)
+    run = subprocess.Popen([sys.executable, "-c", RUN, TRAINING_JOB, json.dumps(kw), str(log)], env=env,
+                           stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    shell = int(run.stdout.readline())
+    job = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not re.search(r"\] step (?:[6-9]\d|\d{3,})/",
+                                                            log.read_text() if log.is_file() else ""):
+            time.sleep(0.1)
+        (job,) = [int(p.name) for p in Path("/proc").glob("[0-9]*") if alive(int(p.name)) and
+                  _parent(int(p.name)) == shell]
+        assert alive(job), log.read_text()[-2000:]
+        os.kill(run.pid, signal.SIGKILL)  # the run alone, as `kill -9 <pid>` of Snakemake
+        run.wait()
+        assert alive(shell), "the shell was to outlive the run, as bash before 5.1 does"
+        deadline = time.monotonic() + 30
+        while alive(job) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(job), "the training job ran on after its run was killed"
+        text = log.read_text()
+        assert re.search(r"SIGTERM after step \d+/600: checkpoint written", text), text[-2000:]
+        got = subprocess.run([sys.executable, "-c", "from growlm.gpus import claim\n"
+                              "claim(1, who='next job', log=lambda line: None, say_every_s=1)\nprint('GOT')"],
+                             env=env, capture_output=True, text=True, timeout=10)
+        assert "GOT" in got.stdout, "the device was still held after the job had ended"
+    finally:
+        for pid in (run.pid, shell, job):
+            if pid:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        run.wait()
+    again = subprocess.run([sys.executable, "-c", RUN, TRAINING_JOB, json.dumps(kw), str(log)], env=env,
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, log.read_text()[-3000:]
+    assert re.search(r"resumed from checkpoint step_\d+", log.read_text()), log.read_text()[-2000:]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+STARTS_SLEEP = r"""
+import threading, time
+from growlm import processes
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a job has threads (its run's watch)
+proc = processes.start(["sleep", "600"])
+print(proc.pid, flush=True)
+proc.wait()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+def test_a_program_the_job_started_ends_with_the_job_whatever_it_is(tmp_path):
+    """A process the job started (here `sleep`, which can watch nothing itself) asked for SIGTERM at the job's
+    death before it exec'd its program: kill -9 of the job ends it at once."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow" / "scripts")}
+    env.pop("GROWLM_PARENT_PID", None)
+    job = subprocess.Popen([sys.executable, "-c", STARTS_SLEEP], env=env, stdout=subprocess.PIPE, text=True)
+    child = int(job.stdout.readline())
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.02)  # the exec wrapper has set the signal and exec'd the program
+        assert alive(child) and Path(f"/proc/{child}/comm").read_text().strip() == "sleep"
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.monotonic() + 10
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), "the program ran on after the job was killed"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_program_that_is_not_there_is_an_oserror_of_the_start():
+    """What Popen would raise (a profiler's tool missing is an answer, not a crash: growlm.profiling.tools)."""
+    with pytest.raises(FileNotFoundError, match="no-such-growlm-program"):
+        processes.start(["no-such-growlm-program", "--version"])

@@ -21,7 +21,7 @@ rule grow:
     threads: lambda wc: config["train"]["threads"] if is_schedule(wc.method) else 1  # a schedule trains: as every training job
     resources:
         # a schedule trains models: a training job's GPUs and run time; an operator, none
-        gpu=lambda wc: min(1, config["resources"]["gpu"]) if is_schedule(wc.method) else 0,
+        gpu=lambda wc: launch.one_process_gpus(config["resources"]) if is_schedule(wc.method) else 0,
         mem_mb=lambda wc, attempt: config["resources"]["mem_mb"] * attempt,
         runtime=lambda wc, attempt: (config["resources"]["runtime"] if is_schedule(wc.method) else 10) * attempt,
     params:

@@ -162,9 +162,7 @@ def job_how(wildcards, resources):
     `train.threads`. The checkpoint fingerprint leaves these out too (TrainConfig.HOW_FIELDS), so a
     run resumes under any of them."""
     return {
-        "gpus": gpus_per_node(resources),
-        "nodes": int(resources.get("nodes", 1) or 1),
-        "cpus_per_task": int(resources.get("cpus_per_task", 0) or 0),
+        **launch.job_launch(resources),  # gpus per node, nodes, cpus_per_task
         "gpu_share": float(config["resources"]["gpu_share"]),
         "compile": config["train"]["compile"],
         "compile_ramps": bool(config["train"]["compile_ramps"]),

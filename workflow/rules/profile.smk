@@ -19,7 +19,7 @@ rule profile:
         "../envs/growlm.yaml"
     threads: config["train"]["threads"]
     resources:
-        gpu=config["resources"]["gpu"],
+        gpu=launch.one_process_gpus(config["resources"]),  # the profiled workload is one process
         runtime=30,
     params:
         profile=profile_params,

@@ -38,40 +38,9 @@ def source_threads(wildcards):
 
 
 def training_resources():
-    """The resources every training rule asks for (scaled by the attempt on retries).
-
-    On one node: `gpu` GPUs (SLURM's --gpus; locally the job claims that many devices of its own,
-    growlm.gpus) and `cpus_per_gpu` CPUs each. Across `resources.nodes` > 1 nodes (SLURM only): one task
-    per node (`tasks`, with `mpi`, so that the SLURM plugin starts the job once, on the first node, and
-    the job starts the tasks with srun, growlm.launch), `gres: gpu:G` GPUs on every node
-    instead of `gpu` (which would count them for the whole job), `cpus_per_task` CPUs on every node
-    (without it each task gets one CPU) and `tasks_per_gpu: 0` (else the plugin asks for a task per
-    GPU). `mem_mb` is then per node."""
-    res = config["resources"]
-    scaled = dict(
-        mem_mb=lambda wc, attempt: res["mem_mb"] * attempt,
-        runtime=lambda wc, attempt: res["runtime"] * attempt,
-    )
-    if res["nodes"] == 1:
-        return dict(gpu=res["gpu"], cpus_per_gpu=res["cpus_per_gpu"], **scaled)
-    across = dict(
-        nodes=res["nodes"], tasks=res["nodes"], tasks_per_gpu=0, mpi="srun", cpus_per_task=node_cpus(), **scaled
-    )
-    if res["gpu"]:
-        across["gres"] = f"gpu:{res['gpu']}"
-    return across
-
-
-def node_cpus():
-    """The CPUs a job across nodes asks of each node: cpus_per_gpu for each of its GPUs there, or its
-    training threads on CPU nodes."""
-    res = config["resources"]
-    return res["gpu"] * res["cpus_per_gpu"] if res["gpu"] else config["train"]["threads"]
-
-
-def gpus_per_node(resources):
-    """The GPUs a training job has on each of its nodes (growlm.launch.gpus_per_node: its `gres`, else `gpu`)."""
-    return launch.gpus_per_node(resources)
+    """The resources of every training job (growlm.launch.training_resources, which says how a job
+    gets its devices and processes)."""
+    return launch.training_resources(config["resources"], config["train"]["threads"])
 
 
 def check_resources():
@@ -91,4 +60,4 @@ def check_resources():
 def evaluation_resources():
     """An evaluation job runs its model on the GPU when there is one, so it counts as a GPU job: at
     most one GPU (evaluation runs in one process), none when the training jobs ask for none."""
-    return dict(gpu=min(1, config["resources"]["gpu"]))
+    return dict(gpu=launch.one_process_gpus(config["resources"]))

@@ -16,7 +16,10 @@ import hashlib
 import json
 import signal
 import os
+import select
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -106,16 +109,73 @@ def _parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state, past the command's name
 
 
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (field 22 of /proc/PID/stat, in clock ticks since boot), or None when it is
+    gone: with the pid, what names one process (a pid alone may be reused once it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+WATCH_POLL_S = 0.5  # how often a watch without a pidfd (Linux before 5.3) looks at the watched process
+
+
+def watch_process(pid: int, signum: int = signal.SIGTERM) -> bool:
+    """Send this process `signum` as soon as process `pid` has ended, whoever its parent is: a daemon thread
+    waits on a pidfd of it (`os.pidfd_open`, Linux 5.3 and later), or looks at /proc every WATCH_POLL_S
+    (the pid with its start time, so that a reused pid is no false life). Returns False when `pid` is gone
+    already (nothing is watched then).
+
+    Why not only the parent-death signal: PR_SET_PDEATHSIG follows the immediate parent, and between a
+    job and its Snakemake there may be a shell that outlives Snakemake. Snakemake runs a script as
+    `bash -c "set -euo pipefail; python ..."`, and only bash 5.1 and later exec that last command (bash's
+    NEWS for 5.1, item 1b): under bash 4.4 (RHEL 8, Rocky 8) or 5.0 (Ubuntu 20.04) the job's parent is a
+    bash that is still there after `kill -9` of Snakemake, and the job would train on, holding its GPU lock
+    and writing the checkpoint folder the next run resumes from. The signal itself is what a training job
+    handles already (`growlm.train`: it writes a checkpoint and exits between steps); a job without a
+    handler ends at once."""
+    me = os.getpid()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):  # no pidfd here: poll /proc
+        fd = None
+    since = _start_time(pid)
+    if fd is None and since is None:
+        return False
+
+    def wait() -> None:
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll():
+                pass
+            os.close(fd)
+        else:
+            while _start_time(pid) == since:
+                time.sleep(WATCH_POLL_S)
+        os.kill(me, signum)
+
+    threading.Thread(target=wait, name=f"growlm-watch-{pid}", daemon=True).start()
+    return True
+
+
 def stop_with_parent(parent: int | None = None, say=None) -> None:
-    """Linux: have this process get SIGTERM when its parent dies (a job whose Snakemake was killed
-    stops instead of running on as an orphan; a training job then writes a checkpoint first), and stop
-    at once if the process that started it is gone already. That one is `parent`, else $GROWLM_PARENT_PID
-    (the Snakefile of a local run names itself there for its jobs, `growlm.launch` the job for the
-    processes it starts): a job whose Snakemake was killed while the job was still importing torch would
-    otherwise set the signal for its new parent, which never dies, and train to the end unseen. The
-    check follows the chain of parents, so a shell between the two (a conda environment's) is no
-    stop; `say` tells why it stops (default: on stderr). Elsewhere, or if the call is refused, nothing
-    happens."""
+    """Linux: have this process get SIGTERM when the process that started it dies (a job whose Snakemake
+    was killed stops instead of running on as an orphan; a training job then writes a checkpoint first), and
+    stop at once if that process is gone already. That one is `parent`, else $GROWLM_PARENT_PID (the
+    Snakefile of a local run names its own process there for its jobs, `growlm.launch` the job for the
+    processes it starts, `growlm.node_agent` itself for its workers): a job whose Snakemake was killed while
+    the job was still importing torch would otherwise train to the end unseen.
+
+    Two watches, both set before the check: the parent-death signal (PR_SET_PDEATHSIG) for the immediate
+    parent, and `watch_process` for `parent` itself, which may be a grandparent: a shell between the two
+    (bash before 5.1, which does not exec the last command of `bash -c`; a conda environment's) outlives
+    it. The check follows the chain of parents, so such a shell is no stop either; `say` tells why it
+    stops (default: on stderr). Elsewhere, or if the calls are refused, nothing happens."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
@@ -125,8 +185,9 @@ def stop_with_parent(parent: int | None = None, say=None) -> None:
         parent = int(os.environ.get(PARENT_ENV) or 0) or None
     if parent is None or parent == os.getpid() or not Path("/proc/self").exists():
         return
+    watched = watch_process(parent)  # from here on, its end sends SIGTERM, whatever lies between
     pid, seen = os.getppid(), 0
-    while pid and pid > 1 and seen < 64:  # after the signal is set: a parent dying from here on sends it
+    while watched and pid and pid > 1 and seen < 64:
         if pid == parent:
             return
         pid, seen = _parent_of(pid), seen + 1

@@ -17,9 +17,11 @@ share them too). The key is what identifies the device on the machine, its UUID 
 gives one: an allocation that constrains devices renumbers them from 0, and two allocations on one
 node may share /tmp, so two jobs' "GPU 0" may be different devices. A lock file is made readable and
 writable by everyone (mode 0666 whatever the umask), so that another user's run on the machine can
-test it. A device has one slot, or k when k jobs share it (`resources.gpu_share`, the number 1/k: 0.5 for two; the
-Snakefile passes k on as $GROWLM_GPU_SLOTS): a job takes one slot on each of its devices, and the
-least busy devices first, so that shared jobs spread over the free GPUs before doubling up. Runs
+test it. A device has one slot, or k when k jobs share it (`resources.gpu_share`, the number 1/k: 0.5 for two; a
+share for which the jobs of a GPU would plan for more than all of it is refused, `share_problem`; the Snakefile passes k on as $GROWLM_GPU_SLOTS): a job
+takes one slot on each of its devices, and the least busy devices first, so that shared jobs spread over
+the free GPUs before doubling up; one claim at a time ranks and takes (`_claiming`), so that two jobs
+started together do not both take the same free device. Runs
 that share a machine at the same time use the same share. The kernel releases a lock when the last
 process holding its open file ends, however it ends (SIGKILL included), so nothing has to clean up;
 every process a job starts holds the open files too (`growlm.launch` passes them on), so a job's
@@ -38,12 +40,17 @@ Torch-free: the Snakefile reads the machine's devices while Snakemake parses it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
+import secrets
 import shutil
+import socket
 import stat
+import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +60,8 @@ from growlm.errors import GrowlmError
 POOL_ENV = "GROWLM_GPUS"
 LOCKS_ENV = "GROWLM_GPU_LOCKS"
 SLOTS_ENV = "GROWLM_GPU_SLOTS"
+HELD_ENV = "GROWLM_GPU_LOCK_FDS"  # the lock files a process inherited, by descriptor (growlm.processes.start sets it)
+HAND_ON_ENV = "GROWLM_GPU_LOCK_SOCKET"  # where a torchrun agent hands its workers the job's lock files
 PLACED_ENV = "GROWLM_GPUS_PLACED_BY"  # "scheduler": a cluster executor submitted this job with its own GPUs
 DEVICE_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # an index means what nvidia-smi shows with it
 DEFAULT_LOCKS = "/tmp/growlm-gpus"
@@ -110,9 +119,34 @@ def pool_problem(environ: dict | None = None) -> str | None:
     return None
 
 
+SHARE_OVER = 0.005  # how far k x share may exceed a whole GPU: 1/k written to three decimals (0.167 for 1/6)
+
+
+def share_problem(gpu_share: float) -> str | None:
+    """Why `gpu_share` does not divide a GPU among a whole number of jobs, or None.
+
+    k = round(1/share) jobs share a GPU, each planning for `gpu_share` of it. A share for which those k
+    jobs together plan for more than the GPU is refused, not rounded: rounding 1/share to the nearest
+    count (as growlm did) over-commits the GPU (0.6 gave 2 jobs, 120% of its memory; 0.35 gave 3, 105%),
+    and the last job runs out of memory hours in; rounding down instead (0.6 -> 1 job) would run a
+    different experiment from the one asked for (one job per GPU where the user expected company) without
+    a word. 1/k written to two or three decimals passes (0.33, 0.333, 0.167), and so does a share below
+    1/k, which leaves headroom (0.45: 2 jobs, 90% of the GPU; 0.9: one job)."""
+    k = max(1, round(1 / gpu_share))
+    if k * gpu_share <= 1 + SHARE_OVER:
+        return None
+    return (f"resources.gpu_share = {gpu_share}: {k} jobs per GPU would plan for {k * gpu_share:.0%} of its memory; "
+            f"give 1/k for k jobs per GPU, e.g. {1 / (k - 1):.3g} ({k - 1} job{'s' if k > 2 else ''}) or "
+            f"{1 / k:.3g} ({k} jobs)")
+
+
 def slots_per_gpu(gpu_share: float) -> int:
-    """How many jobs share one GPU when each may plan for `gpu_share` of it."""
-    return max(1, int(round(1 / gpu_share)))
+    """How many jobs share one GPU when each may plan for `gpu_share` of it (a share is
+    refused when those jobs would plan for more than the GPU: `share_problem`)."""
+    problem = share_problem(gpu_share)
+    if problem:
+        raise GrowlmError(problem)
+    return max(1, round(1 / gpu_share))
 
 
 def placed_by_scheduler(environ: dict | None = None) -> bool:
@@ -220,6 +254,71 @@ def held_fds() -> list[int]:
     return list(_HELD)
 
 
+# A process that starts processes which do not inherit its open files hands them the lock files over a Unix
+# socket instead (SCM_RIGHTS): torch's elastic agent starts its workers with close_fds, so a worker would
+# otherwise hold none of the job's devices, and a worker that outlived its agent and job (kill -9 of the
+# job's process group) would go on writing on devices already given to the next job. A descriptor passed
+# this way is the same open file, so the worker holds the same lock, until it has ended.
+
+
+def inherited() -> list[int]:
+    """The lock files this process inherited from the job (`HELD_ENV`, set by `growlm.processes.start`) that are
+    still open here, held as its own."""
+    fds = []
+    for text in os.environ.get(HELD_ENV, "").split(","):
+        if text.strip().isdigit():
+            try:
+                os.fstat(int(text))
+            except OSError:
+                continue
+            fds.append(int(text))
+    _HELD.extend(fd for fd in fds if fd not in _HELD)
+    return fds
+
+
+def hand_on(fds: list[int]) -> str:
+    """Serve `fds` to this process's workers: a Unix socket in the abstract namespace (nothing to clean up;
+    it ends with this process) where a daemon thread gives every connecting process of this user a copy of
+    them. Returns its name, for `HAND_ON_ENV`."""
+    name = f"growlm-gpus-{os.getpid()}-{secrets.token_hex(6)}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(64)
+    me = os.getuid()
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                      struct.calcsize("3i")))
+                if uid == me:
+                    socket.send_fds(conn, [b"L"], fds)
+
+    threading.Thread(target=serve, name="growlm-gpu-locks", daemon=True).start()
+    return name
+
+
+def take_over(environ: dict | None = None) -> list[int]:
+    """In a worker of a torchrun launch: take the job's lock files from its agent (`hand_on`; `HAND_ON_ENV`
+    names the socket) and hold them until this process ends. Nothing when the agent hands none (a job
+    that claimed no GPU). Raises GrowlmError when the agent does not answer: a worker that cannot hold the
+    job's devices must not use them."""
+    name = (os.environ if environ is None else environ).get(HAND_ON_ENV)
+    if not name:
+        return []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect("\0" + name)
+            _msg, fds, _flags, _addr = socket.recv_fds(conn, 16, 64)
+    except OSError as err:
+        raise GrowlmError(f"could not take over the job's GPU locks from its torchrun agent ({err}); the agent "
+                          "has ended, or this process was not started by it") from None
+    _HELD.extend(fds)
+    return fds
+
+
 def _take(key: str, slots: int) -> int | None:
     """A free slot of a device, taken (its open lock file), or None when all are held."""
     for slot in range(slots):
@@ -227,6 +326,21 @@ def _take(key: str, slots: int) -> int | None:
         if fd is not None:
             return fd
     return None
+
+
+@contextlib.contextmanager
+def _claiming():
+    """The machine's claim lock (`claim.lock` in the locks folder), held while one claim ranks the devices
+    by how busy they are and takes its slots. Without it two claims started together rank the same free
+    device first and both take a slot of it (measured: 2 claims on 4 fake devices with 2 slots each landed
+    on one device 3 times in 15) while other devices stay free. It is held for a few milliseconds, never
+    while a job waits for devices, and released by the kernel if the claiming process dies."""
+    fd = _open(locks_dir() / "claim.lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def claim(count: int, *, who: str = "", log=print, slots: int | None = None,
@@ -258,18 +372,20 @@ def claim(count: int, *, who: str = "", log=print, slots: int | None = None,
     start = said = time.monotonic()
     first = True
     while True:
-        got: list[tuple[str, int]] = []
-        order = sorted(pool, key=lambda d: _busy(keys[d], slots)) if slots > 1 else pool  # a free GPU first
-        for device in order:
-            fd = _take(keys[device], slots)
-            if fd is not None:
-                got.append((device, fd))
-                if len(got) == count:
-                    break
+        with _claiming():  # ranking the devices and taking slots, one claim at a time on this machine
+            got: list[tuple[str, int]] = []
+            order = sorted(pool, key=lambda d: _busy(keys[d], slots)) if slots > 1 else pool  # a free GPU first
+            for device in order:
+                fd = _take(keys[device], slots)
+                if fd is not None:
+                    got.append((device, fd))
+                    if len(got) == count:
+                        break
+            if len(got) < count:
+                for _, fd in got:
+                    os.close(fd)
         if len(got) == count:
             break
-        for _, fd in got:
-            os.close(fd)
         now = time.monotonic()
         if first or now - said >= say_every_s:
             busy = "; ".join(f"{d}: {holders(keys[d], slots) or 'held'}" for d in pool

@@ -1,7 +1,8 @@
 """How a job gets its devices and processes: the one place that says it; the rules, the entry scripts, the
 training jobs and the runner ask here.
 
-- **What a job asks for** (`gpus_per_node`, `job_gpus`, `run_options`): its rule's resources - `gpu`
+- **What a job asks for** (`training_resources`, `one_process_gpus`: what the rules declare; `job_launch`,
+  `gpus_per_node`, `job_gpus`, `run_options`: what a job reads of them): its rule's resources - `gpu`
   GPUs on one node, or `nodes` nodes with `gres: gpu[:type]:G` GPUs on each and `cpus_per_task` CPUs -
   and how many processes that makes on each node (`processes_for`). `resource_problems` checks the
   resources of every rule (the config's and `--set-resources`) while the Snakefile is read, before the
@@ -9,15 +10,18 @@ training jobs and the runner ask here.
 - **Its devices** (`job_devices`): a job of a local run claims its own GPUs on this machine
   (`growlm.gpus`), also inside a SLURM allocation; a job a cluster executor submitted has the ones the
   scheduler gave it. `run_environment` is what the Snakefile exports to the run's jobs for that.
-- **Its processes** (`run_processes`): one (the job's own), torchrun on this machine
+- **Its processes** (`growlm.processes.run_processes`): one (the job's own), torchrun on this machine
   (`standalone_command`), or one torchrun agent per node of its SLURM allocation (`node_command`). Both
   launches go through `growlm.node_agent`, which names itself to its workers so that they stop with it.
 
 Every process a job starts ends with the job and holds the job's devices until it has ended:
 - it inherits the open lock files of the job's GPUs (`pass_fds`) and gets SIGTERM when its parent dies,
-  and stops at once if that parent is gone before it could ask for the signal
-  (`growlm.errors.stop_with_parent`; torch's elastic agent starts its workers in sessions of their own
-  and does not pass them open files, so each worker asks for the signal itself);
+  and stops at once if that parent is gone before it could ask for the signal: a small exec wrapper
+  (`growlm.processes.WITH_PARENT`) asks for the signal in the new process and execs the command, instead of a preexec_fn
+  in the job, which has threads; torch's elastic agent starts its workers in sessions of their own and
+  does not pass them open files, so each worker asks for the signal itself and watches its agent
+  (`growlm.errors.stop_with_parent`), and takes the lock files over from its agent
+  (`growlm.gpus.take_over`), so that a worker outliving its agent and its job still holds the devices;
 - the job becomes a subreaper (PR_SET_CHILD_SUBREAPER): a worker whose agent was killed becomes the
   job's child, not init's, and the job waits for every such process (SIGTERM, then SIGKILL after a
   grace time) before it returns - so the job's locks outlive them all;
@@ -38,9 +42,9 @@ at a c10d rendezvous on the first node:
   other nodes to resolve, as torchtitan and Lightning do: on the first node Debian and Ubuntu map the
   host's own name to 127.0.1.1, which says nothing of what the others reach. Only an address that is
   loopback whatever resolves it (127.0.0.1, localhost) while the nodes are other hosts stops the job;
-- the port is one free on the first node a moment before; if something took it meanwhile, the first
-  node's agent says so (`--port-taken`) and the launch starts again on another port, up to
-  `RENDEZVOUS_TRIES` times, instead of spending the job's retry;
+- the port is one free on the first node a moment before; if something took it meanwhile, torch's own
+  bind of it fails (EADDRINUSE), the first node's agent says so (`--port-taken`) and the launch starts
+  again on another port, up to `RENDEZVOUS_TRIES` times, instead of spending the job's retry;
 - the first node's agent hosts the rendezvous store (`is_host`), the others connect to it;
 - `--cpus-per-task` is given (else each task gets one CPU); `--kill-on-bad-exit=1` and torchrun's
   `--max-restarts=0` end the whole job when one process fails, so the retried job resumes from its last
@@ -55,28 +59,24 @@ Torch-free (the Snakefile imports it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from growlm import gpus
 from growlm.console import log as job_log
-from growlm.errors import PARENT_ENV, GrowlmError, package_env, stop_with_parent
+from growlm.errors import PARENT_ENV, GrowlmError
+from growlm.processes import run_processes
 
 INTERFACE_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 NPROC_ENV = "GROWLM_NPROC"  # processes per node whatever the GPUs (e.g. 2 gloo processes on a CPU, for tests)
 RENDEZVOUS_TRIES = 3
 PORT_TAKEN_EXIT = 75  # a node agent's exit status when the rendezvous port was taken (EX_TEMPFAIL)
-GRACE_S = 60.0  # how long a job waits for its launch's processes to stop after SIGTERM before SIGKILL
 
 # ----------------------------------------------------------------------------------------------
 # what a job asks for
@@ -130,9 +130,54 @@ def resource_problems(rules: dict, executor: str | None) -> list[str]:
         if isinstance(res.get("gres"), str):
             try:
                 gpus_per_node(res)
+                if not callable(res.get("gpu")) and not callable(res.get("nodes")):
+                    job_launch(res)
             except GrowlmError as err:
                 problems.append(f"rule {rule}: resources {err}")
     return problems
+
+
+def training_resources(res: dict, train_threads: int) -> dict:
+    """The resources every training rule asks for, from the config's `resources` section (`res`) and its
+    training threads; `mem_mb` and `runtime` scaled by the attempt on retries.
+
+    On one node: `gpu` GPUs (SLURM's --gpus; locally the job claims that many devices of its own,
+    growlm.gpus) and `cpus_per_gpu` CPUs each. Across `nodes` > 1 nodes (SLURM only): one task per node
+    (`tasks`, with `mpi`, so that the SLURM plugin starts the job once, on the first node, and the job
+    starts the tasks with srun), `gres: gpu:G` GPUs on every node instead of `gpu` (which would count
+    them for the whole job), `cpus_per_task` CPUs on every node (G x cpus_per_gpu, or the training
+    threads on CPU nodes; without it each task gets one CPU) and `tasks_per_gpu: 0` (else the plugin asks
+    for a task per GPU). `mem_mb` is then per node. The processes each node starts follow from the same
+    numbers (`job_launch`)."""
+    scaled = dict(mem_mb=lambda wc, attempt: res["mem_mb"] * attempt,
+                  runtime=lambda wc, attempt: res["runtime"] * attempt)
+    if res["nodes"] == 1:
+        return dict(gpu=res["gpu"], cpus_per_gpu=res["cpus_per_gpu"], **scaled)
+    cpus = res["gpu"] * res["cpus_per_gpu"] if res["gpu"] else train_threads
+    across = dict(nodes=res["nodes"], tasks=res["nodes"], tasks_per_gpu=0, mpi="srun", cpus_per_task=cpus, **scaled)
+    if res["gpu"]:
+        across["gres"] = f"gpu:{res['gpu']}"
+    return across
+
+
+def one_process_gpus(res: dict) -> int:
+    """The GPUs a job that runs in one process claims (an evaluation, a profiled workload, a schedule's grow
+    job): one when the training jobs ask for any, else none. More would be devices no process of it uses,
+    kept from the jobs that would."""
+    return min(1, int(res["gpu"]))
+
+
+def job_launch(resources) -> dict:
+    """How a training job runs on the resources Snakemake gave it: its GPUs on each node (`gpus`, the
+    processes each node starts when that many are visible), its `nodes` and the CPUs of each node's task
+    (`cpus_per_task`). Raises GrowlmError when `gpu` and `gres` say different counts on one node (the job
+    would claim one number of devices and start another number of processes)."""
+    nodes = int(_get(resources, "nodes", 1) or 1)
+    per_node = gpus_per_node(resources)
+    if nodes == 1 and _get(resources, "gres") and job_gpus(resources) not in (0, per_node):
+        raise GrowlmError(f"gpu={job_gpus(resources)} and gres={_get(resources, 'gres')!r} disagree on one "
+                          "node: give one of them")
+    return {"gpus": per_node, "nodes": nodes, "cpus_per_task": int(_get(resources, "cpus_per_task", 0) or 0)}
 
 
 def processes_for(gpus_asked: int) -> int:
@@ -194,104 +239,6 @@ def job_devices(resources, stage: str):
 # ----------------------------------------------------------------------------------------------
 # its processes
 # ----------------------------------------------------------------------------------------------
-
-
-def _subreaper() -> None:
-    """Linux: orphaned descendants of this process become its children (PR_SET_CHILD_SUBREAPER)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1)
-    except (OSError, AttributeError):
-        pass
-
-
-def _children() -> list[int]:
-    """This process's child processes (Linux's /proc)."""
-    me, kids = os.getpid(), []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if int(text[text.rindex(")") + 2:].split()[1]) == me:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def reap(grace_s: float = GRACE_S, log=print, *, keep: set[int] | frozenset = frozenset()) -> list[int]:
-    """Wait until this process has no child left but `keep`: SIGTERM to those still running, SIGKILL after
-    `grace_s`. Returns the ones it found (a launch's processes whose parent died before them)."""
-    found: list[int] = []
-    deadline = None
-    while kids := [k for k in _children() if k not in keep]:
-        new = [k for k in kids if k not in found]
-        found += new
-        for pid in new:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-        if new and deadline is None:
-            deadline = time.monotonic() + grace_s
-            log(f"waiting for {len(kids)} process(es) of the launch whose parent died "
-                f"(pids {', '.join(map(str, kids))})")
-        for pid in kids:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-        if deadline is not None and time.monotonic() > deadline:
-            for pid in kids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-    return found
-
-
-def start(cmd: list[str], *, env: dict | None = None, new_session: bool = False, **popen) -> subprocess.Popen:
-    """Start a process of this job (see the module docstring): it inherits the job's GPU locks, gets SIGTERM
-    when this process dies (or stops at once if this one is gone already), and this process becomes a
-    subreaper for it and everything it starts. `new_session`: in a session of its own (a profiler, so that a
-    timeout can end all it started); `popen`: the rest of subprocess.Popen's arguments."""
-    _subreaper()
-    me = os.getpid()
-    return subprocess.Popen([str(c) for c in cmd], env={**package_env(env), PARENT_ENV: str(me)},
-                            preexec_fn=lambda: stop_with_parent(me), pass_fds=gpus.held_fds(),
-                            start_new_session=new_session, **popen)
-
-
-@contextlib.contextmanager
-def stopping(proc: subprocess.Popen, *, log=print, grace_s: float = GRACE_S, group: bool = False):
-    """While the job waits for `proc` (started with `start`): a SIGTERM to the job goes on to it (to its
-    process group: `group`) and is remembered; when the block ends, the job waits for every process that
-    was left its child meanwhile (`reap`). Raises GrowlmError after a SIGTERM, once all have ended."""
-    stopped: list[int] = []
-    before = set(_children()) - {proc.pid}
-
-    def forward(signum, _frame):
-        stopped.append(signum)
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, forward) if main else None
-    try:
-        yield
-    finally:
-        try:
-            proc.wait()
-            reap(grace_s, log, keep=before)
-        finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
-    if stopped:
-        raise GrowlmError(f"stopped by SIGTERM; what it had started ended (exit {proc.returncode}); the job "
-                          "resumes from its last checkpoint when rerun")
-
-
-def run_processes(cmd: list[str], *, log=print, stdout=None, stderr=None, env: dict | None = None,
-                  grace_s: float = GRACE_S) -> int:
-    """Run a job's launch (`cmd`) as described in the module docstring, and return its exit status; a
-    SIGTERM to the job stops the launch first, then raises GrowlmError."""
-    proc = start(cmd, env=env, stdout=stdout, stderr=stderr)
-    with stopping(proc, log=log, grace_s=grace_s):
-        proc.wait()
-    return proc.returncode
 
 
 def standalone_command(nproc: int, job_file, *, python: str | None = None) -> list[str]:
@@ -404,7 +351,7 @@ def run_across_nodes(alloc: Allocation, *, job_file, work_dir, log=print, tries:
         rc = run_processes(cmd, log=log, stdout=_stream(sys.stdout), stderr=_stream(sys.stderr))
         if rc == 0 or not marker.is_file():
             return rc
-        log(f"the rendezvous port of {endpoint} was taken on {alloc.nodes[0]} before its agent could bind it "
+        log(f"the rendezvous port of {endpoint} was taken on {alloc.nodes[0]} when its agent bound it "
             f"({marker.read_text().strip()}); launching again on another port ({attempt} of {tries})")
     return rc
 

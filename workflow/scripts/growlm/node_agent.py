@@ -10,12 +10,18 @@ with a c10d rendezvous at ADDR:PORT, the first node's address, where the agents 
 world (N x P processes) - and each agent starts its node's P processes of `growlm.torchrun JOB.json`,
 the same worker either way.
 
-Two things torchrun leaves to its caller: the agent names itself in $GROWLM_PARENT_PID, so that every
-worker stops when the agent dies, or at once if it is gone already (torch starts its workers in
-sessions of their own, where nothing else would stop them; `growlm.errors.stop_with_parent`); and the
-first node's agent checks that the rendezvous port is still free before torchrun binds it: when it is
-not (another process took it since the job picked it), it writes FILE and exits with status 75, and
-the job launches again on another port (`growlm.launch.run_across_nodes`).
+Three things torchrun leaves to its caller:
+- the agent names itself in $GROWLM_PARENT_PID, so that every worker stops when the agent dies, or at
+  once if it is gone already (torch starts its workers in sessions of their own, where nothing else would
+  stop them; `growlm.errors.stop_with_parent`); the agent itself watches the job that started it;
+- the workers hold the job's devices: torch starts them with close_fds, so they would inherit none of the
+  job's GPU locks; the agent hands them on over a Unix socket (`growlm.gpus.hand_on`) and every worker
+  takes them over before any work (`growlm.gpus.take_over`), so that a worker that outlives its agent and
+  its job (kill -9 of the job's process group) keeps the devices until it has ended;
+- on the first node, torch's own bind of the rendezvous port is the check that it is free: when it fails
+  with EADDRINUSE (another process took the port since the job picked it), the agent writes FILE and
+  exits with status 75, and the job launches again on another port (`growlm.launch.run_across_nodes`).
+  A check before torch's bind would leave a window between the two.
 
 The first node's agent hosts the rendezvous store and the others connect to it, said explicitly
 (`is_host`) rather than guessed from whether ADDR names this machine: where several nodes share an
@@ -36,7 +42,8 @@ from pathlib import Path
 
 from torch.distributed.run import main as torchrun
 
-from growlm.errors import PARENT_ENV
+from growlm import gpus
+from growlm.errors import PARENT_ENV, stop_with_parent
 from growlm.launch import PORT_TAKEN_EXIT
 
 
@@ -52,14 +59,17 @@ def torchrun_args(*, nnodes: int, nproc_per_node: int, endpoint: str | None, rdz
             "-m", "growlm.torchrun", job]
 
 
-def port_in_use(port: int) -> str | None:
-    """Why the rendezvous store could not listen on `port` here (as torch's store binds it), or None."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError as err:
-            return f"port {port}: {err.strerror or err}" if err.errno == errno.EADDRINUSE else None
+def port_taken(err: BaseException) -> str | None:
+    """What torch said when the rendezvous store could not bind its port because another process holds it
+    (EADDRINUSE, anywhere in the chain of causes: torch wraps its DistNetworkError in a
+    RendezvousConnectionError), or None for any other failure."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err)
+        if getattr(err, "errno", None) == errno.EADDRINUSE or "EADDRINUSE" in text or "address already in use" in text:
+            return " ".join(text.split())[:300]
+        err = err.__cause__ or err.__context__
     return None
 
 
@@ -77,17 +87,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.standalone and not (args.endpoint and args.rdzv_id):
         p.error("--endpoint and --rdzv-id, or --standalone")
     index = args.node_index if args.node_index is not None else int(os.environ.get("SLURM_NODEID", "0"))
-    if args.endpoint and index == 0 and args.port_taken:
-        taken = port_in_use(int(args.endpoint.rsplit(":", 1)[1]))
-        if taken:
-            Path(args.port_taken).write_text(f"{socket.gethostname()}: {taken}\n")
-            print(f"growlm node agent: the rendezvous {taken}; the job launches again on another port",
-                  file=sys.stderr, flush=True)
-            return PORT_TAKEN_EXIT
+    stop_with_parent()  # the job that started this agent ($GROWLM_PARENT_PID)
+    held = gpus.inherited()
+    if held:  # the job's GPU locks, for the workers (torch closes inherited files)
+        os.environ[gpus.HAND_ON_ENV] = gpus.hand_on(held)
     os.environ[PARENT_ENV] = str(os.getpid())  # the workers stop with this agent
-    torchrun(torchrun_args(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-                           endpoint=None if args.standalone else args.endpoint, rdzv_id=args.rdzv_id,
-                           node_index=index, job=args.job))
+    try:
+        torchrun(torchrun_args(nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+                               endpoint=None if args.standalone else args.endpoint, rdzv_id=args.rdzv_id,
+                               node_index=index, job=args.job))
+    except Exception as err:
+        taken = port_taken(err) if args.endpoint and index == 0 and args.port_taken else None
+        if not taken:
+            raise
+        Path(args.port_taken).write_text(f"{socket.gethostname()}: port {args.endpoint.rsplit(':', 1)[1]}: {taken}\n")
+        print(f"growlm node agent: the rendezvous port was taken ({taken}); the job launches again on another port",
+              file=sys.stderr, flush=True)
+        return PORT_TAKEN_EXIT
     return 0
 
 

@@ -321,7 +321,7 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
 def _launch(job: TrainingJob, run: Callable[[Path], int], what: str) -> dict:
     """Run the job's processes (`run(JOB.json)`: `growlm.launch` starts torchrun, or srun of a node agent per
     node) and read the summary rank 0 wrote. Their output goes to the job's log, as a one-process job's
-    does; they hold the job's GPUs and stop with it (`growlm.launch.run_processes`)."""
+    does; they hold the job's GPUs and stop with it (`growlm.processes.run_processes`)."""
     ckpt = Path(job.ckpt_dir)
     job.summary_file = str(ckpt / "summary.json")
     (ckpt / "job.json").write_text(job.to_json())

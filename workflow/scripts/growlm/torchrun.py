@@ -6,7 +6,8 @@
 `growlm.launch`, whose agent, `growlm.node_agent`, runs that on this machine or on each node.) A process
 first asks to stop when its agent dies, and stops at once if the agent is gone already
 (`growlm.errors.stop_with_parent`: torch starts it in a session of its own, where nothing else would
-stop it). Every process runs `growlm.runner.execute(job)`, the function a
+stop it); then it takes over the job's GPU locks from its agent (`growlm.gpus.take_over`: torch passes
+it no open file), so that the job's devices stay claimed until it has ended, whatever ended before it. Every process runs `growlm.runner.execute(job)`, the function a
 one-process job runs: it initialises the process group (NCCL on CUDA, gloo on the CPU), builds the
 same model or loads the same grown one, wraps it as the plan says (`growlm.distributed.wrap_model`)
 and trains it with `growlm.train.train`, which gives each process its rows of the same global batch.
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from growlm.errors import stop_with_parent, user_errors
+from growlm.gpus import take_over
 from growlm.runner import TrainingJob, execute
 
 
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_with_parent()  # the agent that started it ($GROWLM_PARENT_PID)
     try:
         with user_errors("torchrun"):
+            take_over()  # the job's devices, held until this process ends
             execute(TrainingJob.from_json(Path(args.job).read_text()))
     finally:
         if dist.is_initialized():

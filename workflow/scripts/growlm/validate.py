@@ -13,7 +13,8 @@ The workflow calls `check_config` while Snakemake parses the Snakefile (torch-fr
    (`growlm.methods`), ramps longer than the shortest refinement, budgets smaller than one batch,
    the V-cycle's factor, the reading levels each arm names, the sources, whose local data
    must exist and hold text (a Hub id is checked by the job that reads it), and the live-curve
-   trackers of `train.log_to`, which must be installed. (The benchmark tasks of `evaluate.tasks`
+   trackers of `train.log_to`, which must be installed, and `resources.gpu_share`, which must divide a GPU
+   (`growlm.gpus.share_problem`). (The benchmark tasks of `evaluate.tasks`
    are checked against lm-evaluation-harness by the workflow, `growlm.tasks.task_problems`.)
 
 All problems are reported together in one `GrowlmError`, one line each. What the corpus says about the
@@ -43,6 +44,7 @@ from growlm.errors import GrowlmError, package_env
 from growlm.experiment import (arm_levels, baseline_tokens, grow_settings, member_train, model_settings, normalise_sweep,
                                plugin_files, refine_settings, refine_steps, train_config, trunk_tokens)
 from growlm.family_specs import FAMILY_SPECS, family_spec
+from growlm.gpus import share_problem
 from growlm import pretrained
 from growlm.live import tracker_problems
 from growlm.methods import (OPERATORS, check_options, is_schedule, method_chain, method_id, methods,
@@ -318,7 +320,8 @@ def experiment_problems(config: dict, sweep: dict, resolve_source: Callable[[dic
     out += _method_problems(config, sweep)
     out += _budget_problems(config, sweep) + _schedule_problems(config, sweep) + _lr_schedule_problems(config, sweep)
     out += tracker_problems((config.get("train") or {}).get("log_to"))
-    return out
+    share = share_problem(config["resources"]["gpu_share"])  # a share whose jobs would over-commit a GPU
+    return out + ([share] if share else [])
 
 
 def family_problems(config: dict) -> list[str]:

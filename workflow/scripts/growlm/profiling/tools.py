@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from growlm import launch
+from growlm import processes
 from growlm.profiling.ranges import write_json
 
 # Strings in a tool's output that mean it could not measure anything.
@@ -70,14 +70,14 @@ def find_tool(name: str) -> list[str]:
 
 def run_command(cmd, *, timeout: float, env=None, cwd=None) -> tuple[int, str]:
     """Run a command (own process group so a timeout kills its children); (rc, stdout+stderr). It is one of
-    the job's processes (`growlm.launch.start`): it holds the job's GPUs and stops with the job, and the job
+    the job's processes (`growlm.processes.start`): it holds the job's GPUs and stops with the job, and the job
     waits for what it started (the profiled workload) before it goes on."""
     try:
-        proc = launch.start(cmd, env=env, cwd=cwd, new_session=True, stdout=subprocess.PIPE,
+        proc = processes.start(cmd, env=env, cwd=cwd, new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
     except OSError as err:
         return 127, f"{err}"
-    with launch.stopping(proc, group=True, grace_s=30):
+    with processes.stopping(proc, group=True, grace_s=30):
         try:
             out, _ = proc.communicate(timeout=timeout)
             return proc.returncode, out
