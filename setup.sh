@@ -13,6 +13,9 @@
 #   - no NVIDIA driver: the CPU build, torch==VERSION+cpu from pip's own configured index (or
 #     find-links) where it offers it, else PyTorch's CPU index; if that is out of reach, torch from
 #     pip's configured index as it comes.
+#   A torch .venv already has is kept, except a build without CUDA (by what it reports, torch.version.cuda)
+#   on a machine with an NVIDIA driver whose CUDA build is chosen above: that one is replaced (a .venv made
+#   on a GPU-less login node, on a shared file system, used on a GPU node). --cpu-torch keeps it.
 #
 # For a machine without a network (docs/setup.md, "Without a network"):
 #   bash setup.sh --download DIR [--python X.Y] [--platform TAG] [--extras test,eval] [--no-torch]
@@ -270,6 +273,38 @@ choose_torch() {
     TORCH_WHY="the NVIDIA driver supports CUDA $cuda only, older than every CUDA build of torch $TORCH_VERSION ($TORCH_CUDA_BUILDS); update the driver for the GPU, or set TORCH_INDEX"
 }
 
+# What the online set-up does with the torch .venv already has, judged by what that torch reports
+# (torch.version.cuda), not by its wheel's name: sets TORCH_ACTION (install, keep or replace) and TORCH_ACTION_WHY.
+# A .venv made on a GPU-less login node (on a shared file system) has the CPU build; on a compute node with a
+# driver its jobs would claim GPUs and train on the CPU, so there the CUDA build replaces it.
+# what an installed torch reports as torch.__version__ and torch.version.cuda, read from its torch/version.py
+# (run alone: importing torch takes seconds)
+TORCH_REPORTS='
+import importlib.util, os, runpy
+spec = importlib.util.find_spec("torch")
+v = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
+print(v["__version__"], v["cuda"] or "")'
+venv_torch_plan() {
+    local have version cuda driver
+    if ! have=$(.venv/bin/python -c "$TORCH_REPORTS" 2>/dev/null); then
+        TORCH_ACTION=install TORCH_ACTION_WHY=".venv has no torch"
+        return
+    fi
+    read -r version cuda <<< "$have"
+    driver=$(driver_cuda)
+    TORCH_ACTION=keep
+    if [ -n "$cuda" ]; then
+        TORCH_ACTION_WHY=".venv's torch $version is a CUDA build (CUDA $cuda)"
+    elif [ -z "$driver" ]; then
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA, and this machine has no NVIDIA driver"
+    elif [ "$TORCH_FROM" = cpu ]; then
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA, and the CPU build is the one for this machine ($TORCH_WHY)"
+    else
+        TORCH_ACTION=replace
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA (torch.version.cuda is None) and this machine has an NVIDIA driver (CUDA $driver): its jobs would claim GPUs and train on the CPU; torch $TORCH_VERSION from $TORCH_FROM replaces it"
+    fi
+}
+
 MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH= CPU_TORCH=
 while [ $# -gt 0 ]; do
     case $1 in
@@ -318,6 +353,8 @@ else
 fi
 if [ "$MODE" = which ]; then
     echo "$TORCH_SAYS: $TORCH_WHY"
+    venv_torch_plan
+    echo ".venv: $TORCH_ACTION torch: $TORCH_ACTION_WHY"
     exit 0
 fi
 if [ "$MODE" = download ]; then
@@ -333,7 +370,12 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+venv_torch_plan
+if [ "$TORCH_ACTION" = replace ]; then
+    echo "setup.sh: $TORCH_ACTION_WHY"
+    .venv/bin/python -m pip uninstall --quiet --yes torch
+fi
+if [ "$TORCH_ACTION" != keep ]; then
     echo "setup.sh: $TORCH_SAYS: $TORCH_WHY"
     if [ "$TORCH_FROM" != cpu ]; then
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION" --index-url "$TORCH_FROM" || {
@@ -346,6 +388,10 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         echo "setup.sh: no CPU build of torch $TORCH_VERSION within reach; torch $TORCH_VERSION from pip's configured index" >&2
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
     fi
+fi
+if [ "$TORCH_ACTION" = replace ] && [ -z "$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")')" ]; then
+    echo "setup.sh: torch from $TORCH_FROM has no CUDA either: set TORCH_INDEX to the index of a CUDA build of torch $TORCH_VERSION, or pass --cpu-torch to keep the CPU build on purpose" >&2
+    exit 1
 fi
 # the same set a download for this machine fetches: resolved once into .venv/growlm-lock.txt, installed exactly
 LOCK_TMP=$(mktemp -d)

@@ -207,3 +207,41 @@ def test_download_fetches_the_versions_an_online_install_resolves_and_says_what_
                                                              "demo_parent-1.0-py3-none-any.whl"]
     assert ("setup.sh: demo-dep==0.1.2 has no wheel on the index (the release is a source archive); built "
             "demo_dep-0.1.2-py3-none-any.whl from its source (pure Python)") in proc.stdout, proc.stdout
+
+
+def venv_of_this_python(project: Path) -> None:
+    """project/.venv whose python is the suite's own interpreter (its torch), without copying a venv."""
+    bin_dir = project / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+
+
+def test_online_setup_replaces_a_cpu_torch_where_a_driver_is_present(project, tmp_path):
+    """A .venv made on a GPU-less login node has the CPU build; on a node with a driver the online set-up
+    replaces it with the CUDA build for that driver, judged by what the torch reports (torch.version.cuda),
+    and keeps it where there is no driver or the CPU build is asked for. `--which-torch` says what the set-up
+    would do with .venv's torch, from the same function the set-up acts on."""
+    import torch
+
+    if torch.version.cuda:
+        pytest.skip(f"the suite's torch {torch.__version__} is a CUDA build")
+    venv_of_this_python(project)
+    gpu_node = driver(tmp_path / "bin", "12.8")
+
+    def plan(*args, path):
+        proc = setup(project, "--which-torch", *args, path=path)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()[-1]
+
+    said = plan(path=gpu_node)
+    assert said == (f".venv: replace torch: .venv's torch {torch.__version__} has no CUDA (torch.version.cuda is None) "
+                    "and this machine has an NVIDIA driver (CUDA 12.8): its jobs would claim GPUs and train on the "
+                    "CPU; torch 2.13.0 from https://download.pytorch.org/whl/cu128 replaces it"), said
+    said = plan(path="/usr/bin:/bin")
+    assert said == f".venv: keep torch: .venv's torch {torch.__version__} has no CUDA, and this machine has no NVIDIA driver"
+    said = plan("--cpu-torch", path=gpu_node)
+    assert said.startswith(f".venv: keep torch: .venv's torch {torch.__version__} has no CUDA, and the CPU build is "
+                           "the one for this machine (--cpu-torch"), said
+    shutil.rmtree(project / ".venv")
+    assert plan(path=gpu_node) == ".venv: install torch: .venv has no torch"
