@@ -80,3 +80,41 @@ def test_declared_pins_are_the_versions_installed_here():
             assert importlib.metadata.version("torch").split("+")[0] == match.group(2)
         else:
             assert importlib.metadata.version(name) == match.group(2), req
+
+
+def lock_entries() -> dict[str, tuple[str, str, list[str]]]:
+    """{canonical name: (version, marker, sha256 hashes)} of the committed lock, requirements-lock.txt."""
+    text = (REPO / "requirements-lock.txt").read_text()
+    out = {}
+    for entry in re.split(r"(?m)^(?=[A-Za-z0-9])", text):
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;\s*([^\\\n]*?))?\s*\\?\n", entry)
+        if m:
+            out[canonical(m.group(1))] = (m.group(2), m.group(3) or "", re.findall(r"--hash=sha256:([0-9a-f]{64})", entry))
+    return out
+
+
+def test_the_lock_holds_pyprojects_pins_with_hashes_and_is_what_the_suite_runs_on():
+    """requirements-lock.txt (`bash setup.sh --lock`, a universal resolution with hashes) holds every pin of
+    pyproject.toml at its version, every extra's too, and the build backend; torch is not in it (its build is
+    chosen at install); every package has its files' hashes; and where a package's markers hold here, its
+    version is the one installed in the environment the suite runs in (made from the lock by setup.sh)."""
+    from packaging.markers import Marker
+    from packaging.specifiers import SpecifierSet
+
+    lock = lock_entries()
+    assert len(lock) > 100 and "torch" not in lock
+    for name, req in declared().items():
+        if name == "torch":
+            continue
+        assert name in lock, f"{req} is not in requirements-lock.txt: bash setup.sh --lock"
+        assert lock[name][0] == req.split("==")[1], f"{req}, the lock has {lock[name][0]}: bash setup.sh --lock"
+    backend = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    for req in backend:
+        name, spec = re.match(r"([A-Za-z0-9_.-]+)(.*)", req).groups()
+        assert lock[canonical(name)][0] in SpecifierSet(spec), req
+    assert all(hashes for _, _, hashes in lock.values()), [n for n, (_, _, h) in lock.items() if not h]
+    here = {}
+    for name, (version, marker, _) in lock.items():
+        if not marker or Marker(marker).evaluate():
+            here[name] = (version, importlib.metadata.version(name))
+    assert {n: v for n, (v, got) in here.items() if v != got} == {}
