@@ -109,3 +109,21 @@ def test_a_folder_replaces_the_old_one_whole_or_not_at_all(tmp_path):
     assert [p.name for p in final.iterdir()] == ["model.safetensors"]
     assert [p.name for p in tmp_path.iterdir()] == [final.name]
     assert write_atomic(tmp_path / "x.txt", "é").read_bytes() == "é".encode()
+
+
+def test_a_checkpoint_half_written_by_a_killed_job_is_removed_at_the_next_save(tmp_path):
+    """A checkpoint's temporary (gigabytes) left by a job killed while writing it is removed when the job that
+    holds the folder next saves one (a fixed name was overwritten; unique names would pile up)."""
+    import torch
+
+    from growlm.checkpoint import save_checkpoint, verify
+
+    stale = tmp_path / ".tmp.step_00000004.4242.0123456789abcdef"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    final = save_checkpoint(tmp_path, 4, model, optimizer, {"step": 4})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000004"] and verify(final) is None

@@ -37,6 +37,17 @@ def temporary_name(path: str | Path) -> Path:
     return path.with_name(f".tmp.{path.name}.{os.getpid()}.{secrets.token_hex(8)}")
 
 
+def remove_temporaries(folder: str | Path) -> list[Path]:
+    """Remove the temporaries left in `folder` by writers that were killed before they renamed them (a
+    checkpoint's folder can be gigabytes); only for a folder that has one writer at a time, as a training
+    job's checkpoint folder, whose job holds it. Returns what was removed."""
+    gone = []
+    for tmp in Path(folder).glob(".tmp.*"):
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        gone.append(tmp)
+    return gone
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import FSDPModule
 
 from growlm import hints
-from growlm.atomic import atomic_folder
+from growlm.atomic import atomic_folder, remove_temporaries
 from growlm.errors import GrowlmError, sha256
 
 MANIFEST = "manifest.json"
@@ -134,6 +134,7 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     if _rank() != 0:  # only rank 0 writes; the others wait until the checkpoint is whole
         dist.barrier()
         return final
+    remove_temporaries(ckpt_dir)  # a checkpoint half-written when the job was killed: it holds the folder
     with atomic_folder(final) as tmp:
         save_file(model_tensors, tmp / "model.safetensors")
         save_file(opt_tensors, tmp / "optimizer.safetensors")
