@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Set up growlm in ./.venv: torch first, the build this machine can use (a bare `torch` requirement
-# would pull whatever build the index serves), then the package with its pinned dependencies, the
-# test tools and the eval extra (lm-evaluation-harness for evaluate.tasks, tensorboard for
-# train.log_to).
+# would pull whatever build the index serves), then exactly the committed lock (requirements-lock.txt:
+# every other package, its version and its files' hashes, for every supported platform and Python), then
+# the package itself with the test tools and the eval extra (lm-evaluation-harness for evaluate.tasks,
+# tensorboard for train.log_to).
+#   bash setup.sh --dry-run REPORT       what the lock installs here (pip's --dry-run --report), nothing
+#                                        installed; also with --offline DIR
+#   bash setup.sh --lock                 make the lock again after pyproject.toml changed (needs uv: UV=...)
 #
 # Which torch (say it without installing anything: `bash setup.sh --which-torch`):
 #   - TORCH_INDEX set: torch from that wheel index, as given, e.g.
@@ -13,14 +17,18 @@
 #   - no NVIDIA driver: the CPU build, torch==VERSION+cpu from pip's own configured index (or
 #     find-links) where it offers it, else PyTorch's CPU index; if that is out of reach, torch from
 #     pip's configured index as it comes.
+#   A torch .venv already has is kept, except a build without CUDA (by what it reports, torch.version.cuda)
+#   on a machine with an NVIDIA driver whose CUDA build is chosen above: that one is replaced (a .venv made
+#   on a GPU-less login node, on a shared file system, used on a GPU node). --cpu-torch keeps it.
 #
 # For a machine without a network (docs/setup.md, "Without a network"):
 #   bash setup.sh --download DIR [--python X.Y] [--platform TAG] [--extras test,eval] [--no-torch]
-#       on a machine with one: every wheel growlm needs (torch, the pinned packages and all they need,
-#       the extras, the build backend) for that Python and platform (default: this machine's) into DIR;
-#       torch as above for this machine;
+#       on a machine with one: every wheel of the lock (the pinned packages and all they need, the
+#       extras, the build backend) for that Python and platform (default: this machine's) into DIR, and
+#       torch, as above for this machine; --extras says which extras the offline install asks for;
 #   bash setup.sh --offline DIR [--machine-torch]
-#       on the machine without one: .venv from DIR alone (pip --no-index --find-links DIR); torch from
+#       on the machine without one: .venv from DIR alone (pip --no-index --find-links DIR), exactly the
+#       lock, every file checked against its hashes; torch from
 #       DIR when it is there, else the machine's own if it is the pinned version (--machine-torch: the
 #       machine's own whatever its version). A CPU build of torch on a machine with an NVIDIA driver is
 #       refused unless --cpu-torch says it is meant.
@@ -91,48 +99,69 @@ platform_arch() {
     esac
 }
 
-# a stand-in for torch (metadata only, in a folder of its own, version VERSION+standin so that no index's
-# torch matches it), so that pip resolves what needs torch without fetching torch or its libraries
-STANDIN=$TORCH_VERSION+standin
-torch_standin() {
-    "$PYTHON" - "$1" "$STANDIN" <<'PY'
-import sys, zipfile
-folder, version = sys.argv[1], sys.argv[2]
-info = f"torch-{version}.dist-info"
-with zipfile.ZipFile(f"{folder}/torch-{version}-py3-none-any.whl", "w") as z:
-    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
-    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: growlm-setup\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr(f"{info}/RECORD", "")
+# The one lock, committed (LOCK): every package growlm installs but torch, at exact versions with the sha256
+# of each release's files, for every platform and Python growlm supports (a universal resolution, Python 3.11
+# and newer: markers say what a platform or a Python needs). torch is left out, with what only torch needs: its
+# build (CPU or CUDA) is chosen where it is installed, from its own index with its own libraries. Both set-ups
+# install exactly the lock (--no-deps: it is whole), online from the index, offline from the folder.
+# `bash setup.sh --lock` makes it again after pyproject.toml changed (uv, in a venv of its own: pip install uv;
+# UV=/path/to/uv): uv keeps the versions already in it where they still fit.
+LOCK=requirements-lock.txt
+make_lock() {
+    local uv=${UV:-uv} tmp
+    command -v "$uv" >/dev/null 2>&1 || { echo "setup.sh: --lock needs uv (pip install uv into a venv of its own, then UV=that-venv/bin/uv)" >&2; exit 1; }
+    tmp=$(mktemp -d)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    requirements test,eval > "$tmp/requirements.in"
+    # torch "on no platform": resolved apart from everything that needs it, so its own dependencies stay out
+    echo "torch==$TORCH_VERSION ; sys_platform == 'never'" > "$tmp/torch-apart.txt"
+    "$uv" pip compile --quiet --universal --generate-hashes --python-version 3.11 --override "$tmp/torch-apart.txt" \
+        --no-emit-package torch --custom-compile-command "bash setup.sh --lock" "$tmp/requirements.in" -o "$LOCK"
+    # what only torch needs carries torch's marker: left out too
+    "$PYTHON" - "$LOCK" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+entries = re.split(r"(?m)^(?=[A-Za-z0-9])", text)
+kept = [e for e in entries if not re.match(r"[^\n]*; sys_platform == 'never'", e)]
+open(sys.argv[1], "w").write("".join(kept))
 PY
+    echo "setup.sh: $LOCK: $(grep -c '^[A-Za-z0-9]' "$LOCK") packages, with their hashes"
 }
 
-# The set growlm installs, resolved once into a lock file of exact versions (NAME==VERSION a line, torch left
-# out: it comes from its own index with its own libraries): pip's resolver in a dry run, as a plain `pip
-# install` would choose - a package's newest release that fits, from its source archive where that release
-# has no wheel - so the set fetched for a machine without a network is the set installed with one.
-# resolve_lock PYTHON LOCK REQUIREMENTS TMP [pip options]; prints the pins resolved from source archives.
-resolve_lock() {
-    local python=$1 lock=$2 reqs=$3 tmp=$4
-    shift 4
-    mkdir -p "$tmp/standin"
-    [ -f "$tmp/standin/torch-$STANDIN-py3-none-any.whl" ] || torch_standin "$tmp/standin"
-    echo "torch==$STANDIN" > "$tmp/lock-constraints.txt"
-    "$python" -m pip install --dry-run --ignore-installed --quiet --report "$tmp/report.json" \
-        -c "$tmp/lock-constraints.txt" -r "$reqs" --find-links "$tmp/standin" "$@" >&2
-    "$python" - "$tmp/report.json" "$lock" <<'PY'
-import json, sys
-report = json.load(open(sys.argv[1]))
-pins, source = [], []
-for item in report["install"]:
-    name, version = item["metadata"]["name"], item["metadata"]["version"]
-    if name.lower() == "torch":
-        continue
-    pins.append(f"{name}=={version}")
-    if not (item.get("download_info") or {}).get("url", "").endswith(".whl"):
-        source.append(f"{name}=={version}")
-with open(sys.argv[2], "w") as fh:
-    fh.writelines(f"{pin}\n" for pin in sorted(pins, key=str.lower))
-print(" ".join(sorted(source, key=str.lower)))
+# install_lock PYTHON LOCKFILE [pip options]: exactly the lock's versions, each file checked against its hashes;
+# with --dry-run REPORT, pip's report of what it would install (--ignore-installed: all of it), nothing installed
+install_lock() {
+    local python=$1 lock=$2
+    shift 2
+    if [ -n "$DRY_RUN" ]; then
+        "$python" -m pip install --quiet --dry-run --ignore-installed --report "$DRY_RUN" --no-deps --require-hashes "$@" -r "$lock"
+        echo "setup.sh: what $lock installs: $DRY_RUN (pip's --dry-run --report; nothing installed)"
+        exit 0
+    fi
+    "$python" -m pip install --quiet --no-deps --require-hashes "$@" -r "$lock"
+}
+
+# add_hash LOCKFILE NAME WHEEL: the sha256 of a wheel built here from the release's source archive, beside the
+# archive's own (which pip checked before building), so that the folder's lock accepts it
+add_hash() {
+    "$PYTHON" - "$@" <<'PY'
+import hashlib, re, sys
+lock, name, wheel = sys.argv[1:]
+digest = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+canon = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+lines = open(lock).read().split("\n")
+for i, line in enumerate(lines):
+    m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==", line)
+    if m and canon(m.group(1)) == canon(name):
+        lines.insert(i + 1, f"    --hash=sha256:{digest} \\")
+        if not line.rstrip().endswith("\\"):
+            lines[i] = line.rstrip() + " \\"
+            lines[i + 1] = lines[i + 1].rstrip(" \\")
+        break
+else:
+    sys.exit(f"setup.sh: {name} is not in {lock}")
+open(lock, "w").write("\n".join(lines))
 PY
 }
 
@@ -161,12 +190,12 @@ download_wheels() {
         fi
         torch_says=$(cd "$DIR" && ls torch-"$TORCH_VERSION"*.whl | head -n 1)
     fi
-    # the set, resolved once (resolve_lock), then exactly those versions: a wheel for the target where the
-    # index has one, else built here from the release's source archive, which must then be pure Python
-    # (py3-none-any) to serve the other machine
-    resolve_lock "$PYTHON" "$DIR/growlm-lock.txt" "$DIR/growlm-requirements.txt" "$tmp" > "$tmp/from-source.txt"
+    # exactly the lock's versions: a wheel for the target where the index has one, else built here from the
+    # release's source archive (its hash checked first), which must then be pure Python to serve the other
+    # machine; the folder's copy of the lock takes the built wheel's hash beside the archive's
+    cp "$LOCK" "$DIR/growlm-lock.txt"
     log=$tmp/pip.log
-    until "${pip[@]}" download --quiet --no-deps "${opts[@]}" -r "$DIR/growlm-lock.txt" 2> "$log"; do
+    until "${pip[@]}" download --quiet --no-deps --require-hashes "${opts[@]}" -r "$DIR/growlm-lock.txt" 2> "$log"; do
         missing=$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' "$log" | head -n 1)
         tries=$((tries + 1))
         if [ -z "$missing" ] || [ "$tries" -gt 20 ]; then
@@ -175,16 +204,25 @@ download_wheels() {
             exit 1
         fi
         rm -rf "$tmp/built"
-        "${pip[@]}" wheel -qq --no-deps -w "$tmp/built" "$missing"
+        "$PYTHON" - "$LOCK" "${missing%%==*}" > "$tmp/one.txt" <<'PY'
+import re, sys
+canon = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+for entry in re.split(r"(?m)^(?=[A-Za-z0-9])", open(sys.argv[1]).read()):
+    m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==", entry)
+    if m and canon(m.group(1)) == canon(sys.argv[2]):
+        print(entry)
+PY
+        "${pip[@]}" wheel -qq --no-deps --require-hashes -w "$tmp/built" -r "$tmp/one.txt"
         built=$(ls "$tmp/built")
         case $built in
-            *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; echo "setup.sh: $missing has no wheel on the index (the release is a source archive); built $built from its source (pure Python)" ;;
+            *-none-any.whl) mv "$tmp/built/$built" "$DIR/"; add_hash "$DIR/growlm-lock.txt" "${missing%%==*}" "$DIR/$built"
+                            echo "setup.sh: $missing has no wheel on the index (the release is a source archive); built $built from its source (pure Python)" ;;
             *) echo "setup.sh: $missing has no wheel for Python $target${PLATFORM:+ on $PLATFORM}, and builds only a platform wheel ($built): build it on such a machine (pip wheel $missing) into $DIR" >&2; exit 1 ;;
         esac
     done
     printf 'python %s\nplatform %s\ntorch %s\nextras %s\n' "$target" "${PLATFORM:-this machine}" "$torch_says" "$EXTRAS" \
         > "$DIR/growlm-wheels.txt"
-    echo "setup.sh: $(ls "$DIR"/*.whl | wc -l) wheels ($(du -sh "$DIR" | cut -f1)) in $DIR for Python $target${PLATFORM:+ on $PLATFORM}, exactly the $(wc -l < "$DIR/growlm-lock.txt") versions of $DIR/growlm-lock.txt; torch: $torch_says. On the machine without a network: bash setup.sh --offline $DIR"
+    echo "setup.sh: $(ls "$DIR"/*.whl | wc -l) wheels ($(du -sh "$DIR" | cut -f1)) in $DIR for Python $target${PLATFORM:+ on $PLATFORM}, exactly the $(grep -c '^[A-Za-z0-9]' "$LOCK") versions of $LOCK; torch: $torch_says. On the machine without a network: bash setup.sh --offline $DIR"
 }
 
 # the version in the first line of $1's `NAME VALUE` manifest whose name is $2
@@ -224,6 +262,7 @@ install_offline() {
         exit 1
     fi
     echo "setup.sh: offline from $DIR (Python $want, extras '${extras}'), $TORCH_SAYS"
+    [ -z "$DRY_RUN" ] || install_lock "$PYTHON" "$DIR/growlm-lock.txt" --no-index --find-links "$DIR"
     if [ ! -x .venv/bin/python ]; then
         "$PYTHON" -m venv ${venv_flags[@]+"${venv_flags[@]}"} .venv
     elif [ ${#venv_flags[@]} -gt 0 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
@@ -232,11 +271,11 @@ install_offline() {
     fi
     pip=(.venv/bin/python -m pip install --quiet --no-index --find-links "$DIR")
     if [ -n "$MACHINE_TORCH" ]; then  # everything but torch from DIR, exactly the lock; growlm without its torch pin
-        "${pip[@]}" -r "$DIR/growlm-lock.txt"
+        install_lock .venv/bin/python "$DIR/growlm-lock.txt" --no-index --find-links "$DIR"
         "${pip[@]}" --no-deps -e .
     else
         .venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" "torch==$TORCH_VERSION"
-        "${pip[@]}" -r "$DIR/growlm-lock.txt"  # exactly the versions resolved where there was a network
+        install_lock .venv/bin/python "$DIR/growlm-lock.txt" --no-index --find-links "$DIR"  # the committed lock
         "${pip[@]}" -e ".${extras:+[$extras]}"
     fi
     .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up offline: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"
@@ -270,10 +309,45 @@ choose_torch() {
     TORCH_WHY="the NVIDIA driver supports CUDA $cuda only, older than every CUDA build of torch $TORCH_VERSION ($TORCH_CUDA_BUILDS); update the driver for the GPU, or set TORCH_INDEX"
 }
 
-MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH= CPU_TORCH=
+# What the online set-up does with the torch .venv already has, judged by what that torch reports
+# (torch.version.cuda), not by its wheel's name: sets TORCH_ACTION (install, keep or replace) and TORCH_ACTION_WHY.
+# A .venv made on a GPU-less login node (on a shared file system) has the CPU build; on a compute node with a
+# driver its jobs would claim GPUs and train on the CPU, so there the CUDA build replaces it.
+# what an installed torch reports as torch.__version__ and torch.version.cuda, read from its torch/version.py
+# (run alone: importing torch takes seconds)
+TORCH_REPORTS='
+import importlib.util, os, runpy
+spec = importlib.util.find_spec("torch")
+v = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
+print(v["__version__"], v["cuda"] or "")'
+venv_torch_plan() {
+    local have version cuda driver
+    if ! have=$(.venv/bin/python -c "$TORCH_REPORTS" 2>/dev/null); then
+        TORCH_ACTION=install TORCH_ACTION_WHY=".venv has no torch"
+        return
+    fi
+    read -r version cuda <<< "$have"
+    driver=$(driver_cuda)
+    TORCH_ACTION=keep
+    if [ -n "$cuda" ]; then
+        TORCH_ACTION_WHY=".venv's torch $version is a CUDA build (CUDA $cuda)"
+    elif [ -z "$driver" ]; then
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA, and this machine has no NVIDIA driver"
+    elif [ "$TORCH_FROM" = cpu ]; then
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA, and the CPU build is the one for this machine ($TORCH_WHY)"
+    else
+        TORCH_ACTION=replace
+        TORCH_ACTION_WHY=".venv's torch $version has no CUDA (torch.version.cuda is None) and this machine has an NVIDIA driver (CUDA $driver): its jobs would claim GPUs and train on the CPU; torch $TORCH_VERSION from $TORCH_FROM replaces it"
+    fi
+}
+
+MODE=online DIR= TARGET_PYTHON= PLATFORM= EXTRAS=test,eval NO_TORCH= MACHINE_TORCH= CPU_TORCH= DRY_RUN=
 while [ $# -gt 0 ]; do
     case $1 in
         --which-torch) MODE=which ;;
+        --lock) MODE=lock ;;
+        --dry-run) DRY_RUN=${2:?"--dry-run needs a file for pip's report"}; shift
+                   case $DRY_RUN in /*) ;; *) DRY_RUN=$START/$DRY_RUN ;; esac ;;
         --download|--offline) MODE=${1#--}; DIR=${2:?"$1 needs a folder"}; shift
                               case $DIR in /*) ;; *) DIR=$START/$DIR ;; esac ;;
         --python) TARGET_PYTHON=${2:?--python needs a version such as 3.12}; shift ;;
@@ -291,6 +365,11 @@ if [ "$MODE" != download ] && { [ -n "$TARGET_PYTHON$PLATFORM$NO_TORCH" ] || [ "
     exit 2
 fi
 [ "$MODE" = offline ] || [ -z "$MACHINE_TORCH" ] || { echo "setup.sh: --machine-torch goes with --offline" >&2; exit 2; }
+[ -z "$DRY_RUN" ] || [ "$MODE" = online ] || [ "$MODE" = offline ] || { echo "setup.sh: --dry-run goes with an install (online, or --offline)" >&2; exit 2; }
+if [ "$MODE" = lock ]; then
+    make_lock
+    exit 0
+fi
 
 # pip evaluates the packages' markers (platform_machine) for the machine that downloads: a set for another
 # architecture could miss what that one needs, so it is fetched there
@@ -318,6 +397,8 @@ else
 fi
 if [ "$MODE" = which ]; then
     echo "$TORCH_SAYS: $TORCH_WHY"
+    venv_torch_plan
+    echo ".venv: $TORCH_ACTION torch: $TORCH_ACTION_WHY"
     exit 0
 fi
 if [ "$MODE" = download ]; then
@@ -329,11 +410,19 @@ if [ "$MODE" = offline ]; then
     exit 0
 fi
 
+if [ -n "$DRY_RUN" ]; then  # what the lock installs here, nothing installed
+    install_lock "$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo "$PYTHON")" "$LOCK"
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+venv_torch_plan
+if [ "$TORCH_ACTION" = replace ]; then
+    echo "setup.sh: $TORCH_ACTION_WHY"
+    .venv/bin/python -m pip uninstall --quiet --yes torch
+fi
+if [ "$TORCH_ACTION" != keep ]; then
     echo "setup.sh: $TORCH_SAYS: $TORCH_WHY"
     if [ "$TORCH_FROM" != cpu ]; then
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION" --index-url "$TORCH_FROM" || {
@@ -347,12 +436,11 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
     fi
 fi
-# the same set a download for this machine fetches: resolved once into .venv/growlm-lock.txt, installed exactly
-LOCK_TMP=$(mktemp -d)
-trap 'rm -rf "$LOCK_TMP"' EXIT
-requirements test,eval > "$LOCK_TMP/requirements.txt"
-FROM_SOURCE=$(resolve_lock .venv/bin/python .venv/growlm-lock.txt "$LOCK_TMP/requirements.txt" "$LOCK_TMP")
-[ -z "$FROM_SOURCE" ] || echo "setup.sh: built from their source archives (the release has no wheel): $FROM_SOURCE"
-.venv/bin/python -m pip install --quiet -r .venv/growlm-lock.txt
+if [ "$TORCH_ACTION" = replace ] && [ -z "$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")')" ]; then
+    echo "setup.sh: torch from $TORCH_FROM has no CUDA either: set TORCH_INDEX to the index of a CUDA build of torch $TORCH_VERSION, or pass --cpu-torch to keep the CPU build on purpose" >&2
+    exit 1
+fi
+# exactly the committed lock, as the offline set-up installs it
+install_lock .venv/bin/python "$LOCK"
 .venv/bin/python -m pip install --quiet -e ".[test,eval]"
 .venv/bin/python -c "import growlm, torch, transformers, snakemake; print('growlm set up: torch', torch.__version__, '| CUDA', torch.version.cuda or 'none', '| transformers', transformers.__version__, '| snakemake', snakemake.__version__)"

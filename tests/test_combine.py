@@ -115,6 +115,17 @@ def test_linear_assignment_is_optimal():
         assert got == pytest.approx(best)
 
 
+def test_linear_assignment_matches_gpt2s_mlp_width_in_seconds():
+    """Weight matching assigns GPT-2's 3072 MLP units once per block and iteration: a planted permutation of
+    units with random weights is recovered exactly, in about 2 s on one core (the Hungarian method written
+    in numpy that scipy's linear_sum_assignment replaced took minutes at this width)."""
+    rng = np.random.default_rng(2)
+    units = rng.normal(size=(3072, 64))
+    perm = rng.permutation(3072)
+    score = units @ units[perm].T  # unit i of m_1 against unit j of the permuted member
+    assert (linear_assignment(-score) == np.argsort(perm)).all()
+
+
 def test_merge_recovers_a_model_from_a_permuted_copy_of_itself():
     m = members(1, d=32)[0]
     gen = torch.Generator().manual_seed(5)

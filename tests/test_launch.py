@@ -44,6 +44,42 @@ def test_a_gres_growlm_cannot_read_is_one_line(gres):
         launch.gpus_per_node({"gres": gres})
 
 
+def test_a_gpu_job_is_refused_where_a_driver_is_present_and_torch_has_no_cuda(tmp_path, monkeypatch):
+    """A venv built on a GPU-less login node has the CPU build of torch; on a compute node with a driver its
+    jobs would claim GPUs and train on the CPU. A job that asks for GPUs (`gpu`, or `gres` across nodes) is
+    refused in one line naming the fix, before it claims a device; without a driver it runs on the CPU as
+    before (fake devices). torch is judged by what it reports (torch.version.cuda)."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)  # the suite's torch as the CPU build, wherever it runs
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho '| NVIDIA-SMI 570.00   Driver Version: 570.00   "
+                                        "CUDA Version: 12.8 |'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv(gpus.POOL_ENV, "0,1")
+    monkeypatch.setenv(gpus.LOCKS_ENV, str(tmp_path / "locks"))
+    for name in (gpus.PLACED_ENV, "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(GrowlmError) as err, launch.job_devices({"gpu": 1}, "train_small"):
+        pass
+    line = str(err.value)
+    assert line.startswith(f"rule train_small: asks for 1 GPU and this machine has an NVIDIA driver (nvidia-smi: "
+                           f"CUDA 12.8), but torch {torch.__version__} has no CUDA (torch.version.cuda is None): "
+                           "it would train on the CPU. Install the CUDA build here with `bash setup.sh`"), line
+    assert "\n" not in line and "gpu: 0" in line
+    assert not list((tmp_path / "locks").glob("*.lock")) and "CUDA_VISIBLE_DEVICES" not in os.environ  # no claim
+    with pytest.raises(GrowlmError, match="asks for 4 GPUs and this machine has an NVIDIA driver"), \
+            launch.job_devices({"gres": "gpu:a100:4", "nodes": 2}, "refine"):
+        pass
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    if launch.nvidia_driver():  # a real driver here: the job would be refused, rightly
+        return
+    with launch.job_devices({"gpu": 1}, "train_small") as claimed:  # no driver: the CPU trains, as before
+        assert claimed.devices == ["0"]
+
+
 def test_every_rules_resources_are_checked():
     rules = {"train_baseline": {"nodes": 2, "gpu": 1}, "refine": {"nodes": 0}, "grow": {"gpu": -1},
              "train_small": {"gres": "gpu:a100:x", "nodes": 1}, "evaluate_model": {"gpu": 1, "mem_mb": lambda: 1},

@@ -175,11 +175,27 @@ def wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> None:
         z.writestr(f"{info}/RECORD", "")
 
 
-def test_download_fetches_the_versions_an_online_install_resolves_and_says_what_it_built(project, tmp_path):
-    """demo-dep's newest release (0.1.2) is a source archive only, an older one (0.0.4) a wheel, as rouge-score's
-    are on PyPI: an online `pip install` takes 0.1.2. The download resolves the set once into growlm-lock.txt
-    (exact versions, as pip install resolves them), fetches exactly those, builds 0.1.2 from its source and
-    says so; --only-binary alone would have taken 0.0.4 without a word."""
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def report(path: Path) -> dict[str, tuple[str, str]]:
+    """{name: (version, the file it comes from)} of a pip --dry-run --report."""
+    import json
+
+    return {item["metadata"]["name"]: (item["metadata"]["version"], Path(item["download_info"]["url"]).name)
+            for item in json.loads(path.read_text())["install"]}
+
+
+def test_both_set_ups_install_exactly_the_committed_lock(project, tmp_path):
+    """The lock (requirements-lock.txt) is the one set: the online set-up installs it from the index, the download
+    fetches exactly it for a machine without a network and the offline set-up installs it from that folder;
+    each checks every file against the lock's hashes. demo-dep's pinned release (0.1.2) is a source archive
+    only, an older one (0.0.4) a wheel, as rouge-score's are on PyPI: the download builds 0.1.2 from its
+    source (its hash checked first), says so and adds the built wheel's hash to the folder's copy of the lock.
+    What each path would install is pip's own report (--dry-run, nothing installed), with no network."""
     import tarfile
 
     index = tmp_path / "index"
@@ -198,12 +214,70 @@ def test_download_fetches_the_versions_an_online_install_resolves_and_says_what_
         '[project]\nname = "growlm"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
         'dependencies = ["torch==2.13.0", "demo-parent==1.0"]\n\n[project.optional-dependencies]\ntest = []\n'
         'eval = []\n\n[build-system]\nrequires = []\nbuild-backend = "setuptools.build_meta"\n')
+    (project / "requirements-lock.txt").write_text(
+        f"demo-dep==0.1.2 \\\n    --hash=sha256:{sha256_of(index / 'demo_dep-0.1.2.tar.gz')}\n"
+        f"demo-parent==1.0 \\\n    --hash=sha256:{sha256_of(index / 'demo_parent-1.0-py3-none-any.whl')}\n")
+    from_index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_NO_CACHE_DIR": "1"}
+
     folder = tmp_path / "w"
-    proc = setup(project, "--download", str(folder), "--no-torch", "--extras", "",
-                 env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_NO_CACHE_DIR": "1"})
+    proc = setup(project, "--download", str(folder), "--no-torch", "--extras", "", env=from_index)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert (folder / "growlm-lock.txt").read_text() == "demo-dep==0.1.2\ndemo-parent==1.0\n"
-    assert sorted(f.name for f in folder.glob("*.whl")) == ["demo_dep-0.1.2-py3-none-any.whl",
-                                                             "demo_parent-1.0-py3-none-any.whl"]
+    built = folder / "demo_dep-0.1.2-py3-none-any.whl"
+    assert sorted(f.name for f in folder.glob("*.whl")) == [built.name, "demo_parent-1.0-py3-none-any.whl"]
     assert ("setup.sh: demo-dep==0.1.2 has no wheel on the index (the release is a source archive); built "
             "demo_dep-0.1.2-py3-none-any.whl from its source (pure Python)") in proc.stdout, proc.stdout
+    copied = (folder / "growlm-lock.txt").read_text()
+    assert f"--hash=sha256:{sha256_of(built)}" in copied and sha256_of(index / "demo_dep-0.1.2.tar.gz") in copied
+
+    proc = setup(project, "--dry-run", str(tmp_path / "online.json"), env=from_index)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (project / ".venv").exists()  # nothing installed
+    proc = setup(project, "--offline", str(folder), "--machine-torch", "--dry-run", str(tmp_path / "offline.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    online, offline = report(tmp_path / "online.json"), report(tmp_path / "offline.json")
+    assert {k: v for k, (v, _) in online.items()} == {k: v for k, (v, _) in offline.items()} == {
+        "demo-dep": "0.1.2", "demo-parent": "1.0"}
+    assert online["demo-dep"][1] == "demo_dep-0.1.2.tar.gz" and offline["demo-dep"][1] == built.name
+
+    # a file that is not the one locked is refused, online and offline alike
+    wheel(index, "demo_parent", "1.0", requires=("demo-dep", "six"))  # the same release, other contents
+    proc = setup(project, "--dry-run", str(tmp_path / "again.json"), env=from_index)
+    assert proc.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in proc.stderr, proc.stderr[-2000:]
+
+
+def venv_of_this_python(project: Path) -> None:
+    """project/.venv whose python is the suite's own interpreter (its torch), without copying a venv."""
+    bin_dir = project / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+
+
+def test_online_setup_replaces_a_cpu_torch_where_a_driver_is_present(project, tmp_path):
+    """A .venv made on a GPU-less login node has the CPU build; on a node with a driver the online set-up
+    replaces it with the CUDA build for that driver, judged by what the torch reports (torch.version.cuda),
+    and keeps it where there is no driver or the CPU build is asked for. `--which-torch` says what the set-up
+    would do with .venv's torch, from the same function the set-up acts on."""
+    import torch
+
+    if torch.version.cuda:
+        pytest.skip(f"the suite's torch {torch.__version__} is a CUDA build")
+    venv_of_this_python(project)
+    gpu_node = driver(tmp_path / "bin", "12.8")
+
+    def plan(*args, path):
+        proc = setup(project, "--which-torch", *args, path=path)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()[-1]
+
+    said = plan(path=gpu_node)
+    assert said == (f".venv: replace torch: .venv's torch {torch.__version__} has no CUDA (torch.version.cuda is None) "
+                    "and this machine has an NVIDIA driver (CUDA 12.8): its jobs would claim GPUs and train on the "
+                    "CPU; torch 2.13.0 from https://download.pytorch.org/whl/cu128 replaces it"), said
+    said = plan(path="/usr/bin:/bin")
+    assert said == f".venv: keep torch: .venv's torch {torch.__version__} has no CUDA, and this machine has no NVIDIA driver"
+    said = plan("--cpu-torch", path=gpu_node)
+    assert said.startswith(f".venv: keep torch: .venv's torch {torch.__version__} has no CUDA, and the CPU build is "
+                           "the one for this machine (--cpu-torch"), said
+    shutil.rmtree(project / ".venv")
+    assert plan(path=gpu_node) == ".venv: install torch: .venv has no torch"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import FSDPModule
 
 from growlm import hints
+from growlm.atomic import atomic_folder, remove_temporaries
 from growlm.errors import GrowlmError, sha256
 
 MANIFEST = "manifest.json"
@@ -129,26 +129,20 @@ def save_checkpoint(ckpt_dir: str | Path, step: int, model: torch.nn.Module,
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / (name or f"step_{step:08d}")
-    tmp = ckpt_dir / f".tmp_{name or f'step_{step:08d}'}"
     model_tensors = _model_tensors(model)  # collectives under FSDP2: every rank takes part
     opt_tensors, opt_meta = _optimizer_to_flat(optimizer, model)
     if _rank() != 0:  # only rank 0 writes; the others wait until the checkpoint is whole
         dist.barrier()
         return final
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file(model_tensors, tmp / "model.safetensors")
-    save_file(opt_tensors, tmp / "optimizer.safetensors")
-    (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
-    (tmp / "state.json").write_text(json.dumps(state))
-    files = ["model.safetensors", "optimizer.safetensors", "optimizer.json", "state.json"]
-    manifest = {"step": step, "files": {f: sha256(tmp / f) for f in files}}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    remove_temporaries(ckpt_dir)  # a checkpoint half-written when the job was killed: it holds the folder
+    with atomic_folder(final) as tmp:
+        save_file(model_tensors, tmp / "model.safetensors")
+        save_file(opt_tensors, tmp / "optimizer.safetensors")
+        (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
+        (tmp / "state.json").write_text(json.dumps(state))
+        files = ["model.safetensors", "optimizer.safetensors", "optimizer.json", "state.json"]
+        manifest = {"step": step, "files": {f: sha256(tmp / f) for f in files}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     for old in sorted(ckpt_dir.glob("step_*"))[:-keep] if name is None else ():
         shutil.rmtree(old, ignore_errors=True)
     if dist.is_available() and dist.is_initialized():

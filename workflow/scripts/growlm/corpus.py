@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
-import tempfile
 import unicodedata
 import urllib.error
 import urllib.request
@@ -30,6 +28,7 @@ from pathlib import Path
 import pyphen
 import pysbd
 
+from growlm.atomic import atomic_path
 from growlm.errors import GrowlmError
 
 SPLITS = ("train", "val", "test")
@@ -60,13 +59,10 @@ def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path
     `sha256=None` means "not checked": a warning gives the actual sum to put in the config.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
     digest = hashlib.sha256()
-    try:
+    with atomic_path(dest) as tmp:  # renamed onto dest only if the block ends without an error
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
                 while chunk := response.read(1 << 16):
                     digest.update(chunk)
                     out.write(chunk)
@@ -85,9 +81,6 @@ def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path
                 f"corpus source {name!r}: checksum mismatch for {url}: "
                 f"expected sha256 {sha256.strip().lower()}, got {actual}"
             )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 

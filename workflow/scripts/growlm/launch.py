@@ -62,6 +62,7 @@ import contextlib
 import ipaddress
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -223,11 +224,48 @@ def run_environment(executor: str | None, main_process: bool) -> dict:
     return out
 
 
+def nvidia_driver() -> str:
+    """What says this machine has an NVIDIA driver: `nvidia-smi` reporting a CUDA version (as setup.sh reads
+    it), or the kernel module's GPUs; empty without one. Torch-free."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        if m := re.search(r"CUDA Version: *(\d+\.\d+)", out):
+            return f"nvidia-smi: CUDA {m.group(1)}"
+    proc = Path("/proc/driver/nvidia/gpus")
+    return "/proc/driver/nvidia/gpus" if proc.is_dir() and any(proc.iterdir()) else ""
+
+
+def cpu_torch_problem(asked: int, stage: str) -> str | None:
+    """Why a job that asks for GPUs must not start: a torch without CUDA on a machine with an NVIDIA driver
+    would train on the CPU without a word (a venv built on a GPU-less login node, on a shared file system,
+    used on a compute node). Judged by what torch reports (torch.version.cuda), not by its wheel's name.
+    Without a driver the job trains on the CPU as it always did (fake devices, a laptop)."""
+    if asked <= 0:
+        return None
+    import torch  # here, not at the top: the Snakefile imports this module, and its parse loads no torch
+
+    driver = None if torch.version.cuda else nvidia_driver()
+    if not driver:
+        return None
+    return (f"rule {stage}: asks for {asked} GPU{'s' if asked > 1 else ''} and this machine has an NVIDIA driver "
+            f"({driver}), but torch {torch.__version__} has no CUDA (torch.version.cuda is None): it would train "
+            f"on the CPU. Install the CUDA build here with `bash setup.sh` (it replaces a CPU torch where a driver "
+            f"is present; docs/setup.md), or set resources gpu: 0 to train on the CPU")
+
+
 @contextlib.contextmanager
 def job_devices(resources, stage: str):
     """The job's GPUs on this machine, claimed before anything touches CUDA (`growlm.gpus.claim`:
-    CUDA_VISIBLE_DEVICES names them) and held until the job and every process it started have ended.
-    Enter it inside `growlm.errors.job_log`, so that what the claim says goes to the job's log."""
+    CUDA_VISIBLE_DEVICES names them) and held until the job and every process it started have ended; a job
+    that asks for GPUs on a machine with a driver and a torch without CUDA is refused first
+    (`cpu_torch_problem`). Enter it inside `growlm.errors.job_log`, so that what the claim says goes to the
+    job's log."""
+    problem = cpu_torch_problem(gpus_per_node(resources), stage)
+    if problem:
+        raise GrowlmError(problem)
     claimed = gpus.claim(job_gpus(resources), who=f"rule {stage}",
                          log=lambda line: print(f"growlm {stage}: {line}", flush=True))
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from growlm.atomic import atomic_path
 from growlm.checkpoint import is_fsdp
 from growlm.errors import GrowlmError
 
@@ -46,11 +47,8 @@ def save_moments(path: str | Path, model: torch.nn.Module, optimizer: torch.opti
     """Write the optimizer's moments (not under FSDP2: sharded moments are not gathered for this)."""
     if is_fsdp(getattr(model, "module", model)):
         return  # the grow job says so if carry-over is asked for
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(optimizer_moments(model, optimizer), tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(optimizer_moments(model, optimizer), tmp)
 
 
 def load_moments(path: str | Path) -> tuple[dict[str, dict[str, torch.Tensor]], float]:

@@ -28,6 +28,7 @@ import json
 import os
 from pathlib import Path
 
+from growlm.atomic import write_json_atomic
 from growlm.errors import sha256
 from growlm.growth_record import GROWTH_FILE
 
@@ -131,10 +132,7 @@ def _cached_digest(path: Path, cache: dict) -> str:
 
 def _save_cache(cache_path: Path, cache: dict) -> None:
     try:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_path)
+        write_json_atomic(cache_path, cache)
     except OSError:
         pass
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import yaml
 
+from growlm.atomic import write_json_atomic
 from growlm.errors import GrowlmError, package_env
 
 # the tasks growlm ships, by name: the folder under workflow/resources/tasks/ that holds each one's YAML
@@ -109,10 +110,7 @@ def registry_names() -> set[str]:
         pass
     names = _ask(["registry"])["names"]
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(sorted(names)))
-        os.replace(tmp, cache)
+        write_json_atomic(cache, sorted(names))
     except OSError:
         pass
     return set(names)

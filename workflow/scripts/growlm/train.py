@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-import os
 import resource
 import signal
 import sys
@@ -37,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from growlm import checkpoint, hints, modes
+from growlm.atomic import atomic_path
 from growlm.console import log as console_log, warn
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
@@ -178,13 +178,11 @@ class _Progress:
 def _write_ledger(path: Path, rows: list[dict]) -> None:
     if _world()[0] != 0:  # under torchrun only rank 0 writes files
         return
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=LEDGER_COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in LEDGER_COLUMNS})
-    os.replace(tmp, path)
 
 
 def _nan_advice(ckpt_dir, cfg: TrainConfig) -> str:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from growlm.errors import GrowlmError
 from growlm.growth.algebra import clone_weights, insertion_plan, mlp_width, pack, target_config, unpack
@@ -141,42 +142,17 @@ def msg_members(models, *, n_embd: int, n_layer: int, n_head: int | None = None,
 # ----------------------------------------------------------------------------------------------
 
 def linear_assignment(cost: np.ndarray) -> np.ndarray:
-    """The column assigned to each row of a square cost matrix, minimising the total cost (the
-    Hungarian method with potentials, O(n^3), its inner loop vectorised)."""
+    """The column assigned to each row of a square cost matrix, minimising the total cost: scipy's
+    `linear_sum_assignment` (a shortest augmenting path method in C, Crouse 2016). A Hungarian method
+    written in numpy here was 27-50 times slower at n 256-512 and took minutes at GPT-2's MLP width (3072
+    units), which weight matching solves once per block and iteration."""
     cost = np.asarray(cost, dtype=np.float64)
     n = cost.shape[0]
     if cost.shape != (n, n):
         raise ValueError(f"linear_assignment needs a square matrix, not {cost.shape}")
-    u, v = np.zeros(n + 1), np.zeros(n + 1)
-    p = np.zeros(n + 1, dtype=np.int64)  # p[j]: the row matched to column j (1-based; 0 = none)
-    way = np.zeros(n + 1, dtype=np.int64)
-    for i in range(1, n + 1):
-        p[0], j0 = i, 0
-        minv = np.full(n + 1, np.inf)
-        used = np.zeros(n + 1, dtype=bool)
-        while True:
-            used[j0] = True
-            i0 = p[j0]
-            free = ~used[1:]
-            cur = cost[i0 - 1] - u[i0] - v[1:]
-            better = free & (cur < minv[1:])
-            minv[1:][better] = cur[better]
-            way[1:][better] = j0
-            masked = np.where(free, minv[1:], np.inf)
-            j1 = int(np.argmin(masked)) + 1
-            delta = masked[j1 - 1]
-            u[p[used]] += delta
-            v[used] -= delta
-            minv[1:][free] -= delta
-            j0 = j1
-            if p[j0] == 0:
-                break
-        while j0:
-            j1 = way[j0]
-            p[j0] = p[j1]
-            j0 = j1
+    rows, cols = linear_sum_assignment(cost)
     out = np.empty(n, dtype=np.int64)
-    out[p[1:] - 1] = np.arange(n)
+    out[rows] = cols
     return out
 
 

@@ -95,6 +95,7 @@ from pathlib import Path
 
 import torch
 
+from growlm.atomic import write_json_atomic
 from growlm.errors import GrowlmError
 from growlm.shape import ModelShape
 from growlm.train_config import STRATEGIES, TrainConfig
@@ -153,12 +154,7 @@ class Plan:
 
 def write_plan(plan: Plan, path: str | Path) -> Path:
     """Write `plan` as JSON (atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(plan), indent=2, sort_keys=True))
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, asdict(plan), indent=2, sort_keys=True)
 
 
 def read_plan(path: str | Path) -> Plan:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import resource
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from growlm.atomic import write_json_atomic
 from growlm.errors import GrowlmError
 
 try:  # nvtx is a declared dependency; fall back to torch.cuda.nvtx where it is missing
@@ -74,11 +74,9 @@ def _device_name() -> str:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write `data` as JSON, atomically (a temporary file renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    """Write `data` as JSON, atomically (`growlm.atomic`: the profile-tools cache in ~/.cache is written
+    by every profiling job that probes the tools, two at once on one machine)."""
+    write_json_atomic(path, data, indent=2, default=str)
 
 
 class _Window:
