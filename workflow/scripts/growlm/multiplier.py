@@ -41,8 +41,11 @@ error of log m through the nonlinear fit, and the interval is built as a Welch t
 - the bounds are exponentiated back, so the interval is a ratio interval (asymmetric around m).
 
 Log m is close to linear in the seeds' mean offsets (ln m ~ Delta L / (alpha (L - E))), so this is the two-sample
-t-interval of a difference of means, carried through the fit by the bootstrap; `tests/test_multiplier.py`
-measures its coverage over 200 synthetic experiments of 3 seeds each. Distinct resamples of M_0's seeds are
+t-interval of a difference of means, carried through the fit by the bootstrap. Measured on synthetic
+experiments (`tests/test_multiplier.py`'s: M_0 at 7 budgets with a seed offset of 0.01 and evaluation noise of
+0.004 in loss, M_1 drawn alike), the 95% interval held the true multiplier in 0.96 of 200 experiments of 3 seeds
+a side, 0.93 of 100 of 5 a side and 0.95 of 100 of 5 and 3; a percentile bootstrap over the same resamples held
+it in 0.81 of 100 of 3 a side. Distinct resamples of M_0's seeds are
 fitted once (a multiset of 3 seeds has 10 forms), so the refits cost little. An interval needs at least 2 seeds
 in each arm and finite draws; otherwise its bounds are NaN and `saving` is ''.
 
