@@ -24,7 +24,21 @@ saving at each loss (G_stack's "speedup at equal loss", Du et al. 2024, arXiv 24
 The branches' cooldown FLOPs are the measurement's own cost, charged to no arm (`cooldown_flops`).
 Under the cosine the same numbers come from a sweep over `budgets`: each budget's run is one of the arm's
 runs (it ended at its own budget).
-Torch-free and pandas-free: plain lists of pairs.
+
+Finished runs only. `reach` counts every point of every run, the points inside the full run's own decay
+included. A point inside a run's decay is not a run that ended there: its rate had not reached the floor,
+and a run planned to end at those FLOPs would have annealed lower, so where no branch ends below the target
+`reach` falls back on the full run's own crossing, the upper bound this module was written to avoid (at 32
+tokens per parameter no branch at 0.2-0.7 of the stable phase ends below M_0's final loss, and the two
+readings agree to 1e-5: bench/results/envelope_seeds.csv). That reading keeps its place only as "within one schedule" (`reach`, `saving_curve`
+and their callers). An arm's envelope of finished runs (`finished_reach`) is made of its runs' *ends* only
+(branch ends, the full run's end, a sweep's budgets), joined by the arm's fitted curve L(C) = E + A C^-alpha
+(`growlm.multiplier.fit_power_law`) where the fit was accepted, or, where it was refused, by their lower
+convex hull in log FLOPs (the power law is convex in log C, so the hull is the tightest curve of that shape
+through the ends). It reads nothing below the lowest end: reading a loss beyond the finished runs is the
+fit's extrapolation, which `growlm.multiplier.arm_multiplier` does and flags.
+
+Torch-free and pandas-free: plain lists of pairs (the Snakefile's parse imports this module).
 """
 
 from __future__ import annotations
@@ -108,3 +122,48 @@ def saving_curve(m0_runs, m1_runs, *, steps: int = 25) -> list[dict]:
         if c0 > 0 and c1 == c1:
             rows.append({"loss": loss, "m0_flops": c0, "m1_flops": c1, "ratio": c1 / c0})
     return rows
+
+
+def _lower_hull(points: list[Point]) -> list[Point]:
+    """The lower convex hull of (FLOPs, loss) points in (log FLOPs, loss), left to right (the lowest loss at
+    each FLOPs kept): Andrew's monotone chain."""
+    best: dict[float, float] = {}
+    for f, v in points:
+        if f > 0:
+            best[f] = min(v, best.get(f, v))
+    hull: list[tuple[float, float, float]] = []  # (log FLOPs, loss, FLOPs)
+    for f in sorted(best):
+        p = (math.log(f), best[f], f)
+        while len(hull) >= 2:
+            (x1, y1, _), (x2, y2, _) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) <= 0:  # hull[-1] lies on or above the chord
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    return [(f, v) for _, v, f in hull]
+
+
+def finished_reach(ends, target: float, fit=None) -> float:
+    """FLOPs at which an arm's envelope of finished runs first reaches `target` (module docstring). `ends`:
+    its run ends, (FLOPs, loss) pairs. With `fit` (a `growlm.multiplier.Fit`) accepted, the fitted curve's
+    FLOPs for the target; otherwise the lower hull of the ends, read in log FLOPs between the two hull points
+    around the target. NaN where the target lies below the lowest end (no extrapolation here) or there are
+    no ends. Where the target lies above the first end (the smallest run already got there), the answer is
+    that run's FLOPs: nothing below the finished runs is read either; a fitted curve's reading is held
+    within the ends' FLOPs for the same reason."""
+    ends = [(f, v) for f, v in _run(ends) if f > 0]
+    target = float(target)
+    if not ends or not target >= min(v for _, v in ends):
+        return math.nan
+    smallest, largest = ends[0][0], ends[-1][0]
+    if fit is not None and fit.ok:
+        return min(max(fit.compute_for(target), smallest), largest)
+    hull = _lower_hull(ends)
+    if hull[0][1] <= target:
+        return hull[0][0]
+    for (f0, v0), (f1, v1) in zip(hull, hull[1:]):
+        if v1 <= target:
+            frac = (v0 - target) / (v0 - v1)
+            return math.exp(math.log(f0) + frac * (math.log(f1) - math.log(f0)))
+    return math.nan  # not reached: the lowest end lies on the hull
