@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def best_losses(curves: pd.DataFrame) -> pd.DataFrame:
     """Each (method, seed, budget, arm): the final and the lowest validation loss of its curve."""
-    c = curves.dropna(subset=["val_loss"]).sort_values("step")
+    c = curves[curves["run"] == "full"] if "run" in curves else curves  # whole runs, not cooldown branches
+    c = c.dropna(subset=["val_loss"]).sort_values("step")
     g = c.groupby(["method", "seed", "budget", "arm"])["val_loss"]
     return pd.DataFrame({"final": g.last(), "best": g.min()}).reset_index()
 

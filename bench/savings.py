@@ -92,7 +92,8 @@ def crossovers(curves_csv: Path) -> pd.DataFrame:
     still ahead at the end of M_0's budget, 0 if it is never ahead."""
     import numpy as np
 
-    c = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    c = pd.read_csv(curves_csv)
+    c = (c[c["run"] == "full"] if "run" in c else c).dropna(subset=["val_loss"])  # whole runs, not branches
     rows = []
     keys = ["method", "seed", "budget"]
     for (method, seed, budget), g in c.groupby(keys):

@@ -387,14 +387,16 @@ def branch(model_dir, point, losses, left_at, flops_per_eval=100.0, cooldown=60.
     out = model_dir / "branches" / f"b{point}"
     out.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(out / "ledger.csv", index=False)
-    (out / "branch.json").write_text(json.dumps({"cooldown_flops": cooldown}))
+    (out / "branch.json").write_text(json.dumps({"cooldown_flops": cooldown, "fraction": int(point) / 100,
+                                                 "step": left_at}))
 
 
-def test_the_cost_by_envelope_reads_the_branches_and_is_below_the_first_crossing(tmp_path, monkeypatch):
-    """With cooldown branches, the comparison's cost by envelope is never above its first crossing, here strictly
-    below it (M_1's branch leaving at 200 FLOPs ends under M_0's final loss at 230); the cooldowns' FLOPs are
-    the measurement's, charged to no arm; the saving at each loss is written. Without branches (one run per
-    arm) the envelope columns are empty and the rest is what it was."""
+def test_the_cost_by_envelope_reads_the_branches_finished_runs(tmp_path, monkeypatch):
+    """With cooldown branches, the comparison's cost by envelope reads each arm's finished runs - its full run's
+    end and each branch's - joined by their lower hull in log FLOPs (too few to fit a curve): here below the
+    first crossing inside M_1's run; the cooldowns' FLOPs are the measurement's, charged to no arm; the saving
+    at each loss both envelopes' ends span is written. Without branches (one run per arm) the envelope columns
+    are empty and the rest is what it was."""
     m0, m1 = {"0.002": [8, 6, 4.5, 4.0]}, {"0.002": [6, 5, 4.2, 3.9]}
     combos, paths = make_experiment(tmp_path, m0, m1, seeds=(0,))
     monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
@@ -404,44 +406,48 @@ def test_the_cost_by_envelope_reads_the_branches_and_is_below_the_first_crossing
     before = write_comparison(combos, paths, **kw).iloc[0]
     assert before["envelope_runs"] == "1+1" and math.isnan(before["envelope_ratio"])
     assert pd.read_csv(tmp_path / "savings.csv").empty
+    assert math.isnan(before["multiplier"]) and "1 distinct compute values" in before["m0_fit_why"]  # one run: no fit
 
     m0_dir, m1_dir = tmp_path / "baseline/t1000_lr0.002/s0", tmp_path / "refined/g/t1000_lr0.002/s0"
-    branch(m0_dir, "50", [4.3], left_at=2)  # M_0's branch ends above its final loss: M_0's envelope is its run
-    branch(m1_dir, "50", [3.95], left_at=2)  # M_1's: at 230 FLOPs, under M_0's 4.0
+    branch(m0_dir, "50", [4.3], left_at=2)  # M_0's branch ends at 230 FLOPs above its final loss
+    branch(m1_dir, "50", [4.1], left_at=2)  # M_1's at 230 (+ 50, its member) at 4.1, its full run at 300 (+ 50) at 3.9
     after = write_comparison(combos, paths, branches={"baseline": ["50"], "refine": ["50"]}, **kw).iloc[0]
     assert after["cost_ratio"] == before["cost_ratio"] and after["envelope_runs"] == "2+2"
     assert after["m0_envelope_flops"] == pytest.approx(300.0)
-    # M_1's envelope first reaches 4.0 between its branch's start (200 + 50, 4.2) and end (230 + 50, 3.95), in log FLOPs
-    expected = math.exp(math.log(250) + (4.2 - 4.0) / (4.2 - 3.95) * math.log(280 / 250))
-    assert after["m1_envelope_flops"] == pytest.approx(expected)
-    assert after["envelope_ratio"] == pytest.approx(expected / 300)
+    # M_1's hull reaches 4.0 halfway from its branch's end (280, 4.1) to its full run's (350, 3.9), in log FLOPs
+    assert after["m1_envelope_flops"] == pytest.approx(math.sqrt(280 * 350))
+    assert after["envelope_ratio"] == pytest.approx(math.sqrt(280 * 350) / 300)
     assert after["envelope_ratio"] < after["cost_ratio"]
-    assert after["envelope_ratio_small_free"] < after["cost_ratio_small_free"]
-    assert after["cooldown_flops"] == 120.0
+    assert after["envelope_ratio_small_free"] == pytest.approx(math.sqrt(230 * 300) / 300)
+    assert after["cooldown_flops"] == 120.0 and after["envelope_joined"] == "hull"
     savings = pd.read_csv(tmp_path / "savings.csv")
-    assert len(savings) and (savings["ratio"] > 0).all() and savings["loss"].min() == pytest.approx(4.0)
+    # the losses both arms' finished runs span: from M_0's 4.0 to M_1's 4.1
+    assert len(savings) and (savings["ratio"] > 0).all()
+    assert savings["loss"].min() == pytest.approx(4.0) and savings["loss"].max() == pytest.approx(4.1)
+    curves = pd.read_csv(tmp_path / "k.csv")
+    runs = curves[curves["arm"] == "M_1 (g)"].groupby("run")
+    # a branch's rows are its own (after it left the full run); each run's last evaluation is its end
+    assert runs.size().to_dict() == {"branch 0.5": 1, "full": 4}
+    assert curves[curves["is_end"]].groupby("arm")["run"].apply(sorted).to_dict()["M_1 (g)"] == ["branch 0.5", "full"]
 
 
-def test_m0s_envelope_can_reach_its_final_loss_before_its_end(tmp_path, monkeypatch):
-    """M_1's envelope FLOPs are never above its first crossing, but the ratio divides them by M_0's envelope
-    FLOPs to M_0's own final loss: where M_0's curve touched that loss before its last evaluation (a dip,
-    then an evaluation a little higher), that is less than M_0's FLOPs, and the envelope ratio can be above
-    the within-schedule one (seed 2 at 8 tokens per parameter in bench/RESULTS.md 15)."""
+def test_a_point_inside_m0s_run_is_not_a_run_that_ended_there(tmp_path, monkeypatch):
+    """M_0's curve touching its final loss before its last evaluation (a dip, then a last evaluation a little
+    higher) does not count: M_0's envelope is made of runs that ended, so it reaches M_0's final loss at M_0's own
+    FLOPs (the first measurement of bench/RESULTS.md 15 divided by such a point, which leaned against growth)."""
     m0, m1 = {"0.002": [8, 6, 3.95, 4.0]}, {"0.002": [6, 5, 4.2, 3.9]}
     combos, paths = make_experiment(tmp_path, m0, m1, seeds=(0,))
     monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
     monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
-    branch(tmp_path / "baseline/t1000_lr0.002/s0", "50", [5.5], left_at=1)  # ends above 4.0: no new crossing
+    branch(tmp_path / "baseline/t1000_lr0.002/s0", "50", [5.5], left_at=1)  # ends above 4.0
     branch(tmp_path / "refined/g/t1000_lr0.002/s0", "50", [4.6], left_at=1)
     row = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
                            unigram_train="x", unigram_test="y", vocab_size=8,
                            branches={"baseline": ["50"], "refine": ["50"]}).iloc[0]
-    first_crossing = row["cost_ratio"] * row["m0_flops"]  # M_1's first crossing in its own run, members counted
-    assert row["m1_envelope_flops"] <= first_crossing
-    # M_0 reaches 4.0 between (100, 6) and (200, 3.95), read in log FLOPs: before its 300
-    assert row["m0_envelope_flops"] == pytest.approx(100 * 2 ** ((6 - 4.0) / (6 - 3.95)))
-    assert row["envelope_ratio"] == pytest.approx(row["m1_envelope_flops"] / row["m0_envelope_flops"])
-    assert row["envelope_ratio"] > row["cost_ratio"]
+    assert row["m0_envelope_flops"] == pytest.approx(row["m0_flops"]) == pytest.approx(300)
+    # M_1's ends: its branch's (130 + 50, 4.6) and its run's (300 + 50, 3.9), read in log FLOPs
+    assert row["m1_envelope_flops"] == pytest.approx(180 * (350 / 180) ** ((4.6 - 4.0) / (4.6 - 3.9)))
+    assert row["envelope_ratio"] == pytest.approx(row["m1_envelope_flops"] / 300)
 
 
 def test_under_the_cosine_a_budget_sweep_makes_the_envelope(tmp_path, monkeypatch):
@@ -468,8 +474,76 @@ def test_under_the_cosine_a_budget_sweep_makes_the_envelope(tmp_path, monkeypatc
                            unigram_train="x", unigram_test="y", vocab_size=8, savings_csv=tmp_path / "s.csv")
     long = out[out["budget"] == 2000].iloc[0]
     assert long["envelope_runs"] == "2+2"
-    # M_0 ends at 4.0 (400 FLOPs); M_1's 2000-token run reaches 4.0 only after 300 of its own FLOPs (4.3 -> 3.9),
-    # its annealed 1000-token run between 100 (5.0) and 200 (3.95): with the member's 50, read in log FLOPs
-    assert long["m1_envelope_flops"] == pytest.approx(150 * (250 / 150) ** ((5 - 4) / (5 - 3.95)), rel=1e-9)
-    assert long["envelope_ratio"] == pytest.approx(long["m1_envelope_flops"] / 400)
+    # M_0's runs end at (200, 5.0) and (400, 4.0); M_1's 1000-token run, annealed, ended at 3.95 after 200 of its
+    # own FLOPs and its member's 50: the smallest of M_1's finished runs already below M_0's 4.0
+    assert long["m1_envelope_flops"] == pytest.approx(250)
+    assert long["envelope_ratio"] == pytest.approx(250 / 400)
     assert long["envelope_ratio"] < 0.65 < long["cost_ratio"]
+
+
+def test_the_multiplier_reads_m0s_finished_runs_over_the_seeds(tmp_path, monkeypatch):
+    """Each arm's effective compute multiplier: M_0's finished runs (its full run's end and its branches', three
+    seeds pooled) fitted with L(C) = E + A C^-alpha, and the FLOPs that curve needs for M_1's mean final loss over
+    M_1's FLOPs with its member counted (and free); the same on each seed's row, with each seed's own beside it.
+    M_1 ends below every run of M_0: the multiplier is an extrapolation, and says by how much."""
+    from growlm.multiplier import fit_power_law
+
+    def law(c):
+        return 2.0 + 50.0 * c ** -0.5
+
+    seeds = (0, 1, 2)
+    m0 = {"0.002": [8, 6, 5.5, law(300)]}
+    m1 = {"0.002": [6, 5, 4.9, 4.8]}
+    combos, paths = make_experiment(tmp_path, m0, m1, seeds=seeds)
+    monkeypatch.setattr("growlm.compare.unigram_loss", lambda *a, **k: 7.0)
+    monkeypatch.setattr("growlm.compare.load_tokens", lambda p: np.zeros(4, dtype=np.uint16))
+    for seed in seeds:
+        base = tmp_path / f"baseline/t1000_lr0.002/s{seed}"
+        branch(base, "20", [law(130) + 0.01 * seed], left_at=1)  # ends at 130 FLOPs
+        branch(base, "50", [law(230) + 0.01 * seed], left_at=2)  # at 230
+    table = write_comparison(combos, paths, comparison_csv=tmp_path / "c.csv", curves_csv=tmp_path / "k.csv",
+                             unigram_train="x", unigram_test="y", vocab_size=8,
+                             branches={"baseline": ["20", "50"], "refine": []})
+    assert len(table) == 3 and table["multiplier"].nunique() == 1
+    row = table.iloc[0]
+    ends = [(f, law(f) + 0.01 * s) for s in seeds for f in (130.0, 230.0, 300.0)]
+    fit = fit_power_law([f for f, _ in ends], [v for _, v in ends])
+    m1_loss = np.mean([4.8 + 0.01 * s for s in seeds])
+    assert row["multiplier"] == pytest.approx(fit.compute_for(m1_loss) / 350.0, rel=1e-6)  # 300 + the member's 50
+    assert row["multiplier_free"] == pytest.approx(fit.compute_for(m1_loss) / 300.0, rel=1e-6)
+    assert row["m0_points"] == 9 and row["m0_seeds"] == 3 and row["m1_seeds"] == 3
+    assert row["multiplier_low"] < row["multiplier"] < row["multiplier_high"]
+    assert row["saving"] == ("saving" if row["multiplier_low"] > 1 else
+                             "costs more" if row["multiplier_high"] < 1 else "no measurable saving")
+    # M_1's 4.81 lies below M_0's lowest finished run (its 300-FLOPs end): read past it
+    assert bool(row["extrapolated"]) and row["extrapolation_factor"] == pytest.approx(fit.compute_for(m1_loss) / 300.0,
+                                                                                    rel=1e-6)
+    for _, r in table.iterrows():
+        assert r["seed_multiplier"] == pytest.approx(fit.compute_for(4.8 + 0.01 * r["seed"]) / 350.0, rel=1e-6)
+    curves = pd.read_csv(tmp_path / "k.csv")
+    ends_kept = curves[(curves["arm"] == "M_0 (scratch)") & curves["is_end"]]
+    assert sorted(set(ends_kept["run"])) == ["branch 0.2", "branch 0.5", "full"]
+
+
+def test_the_first_page_states_the_multiplier_and_its_verdict(tmp_path):
+    """The report's first page gives each arm's multiplier with its interval, and states a saving only where the
+    whole interval lies above 1; one that holds 1 is 'no measurable saving'."""
+    from growlm.report.summary import summary_sentences
+
+    base = {"d0": 8, "L0": 1, "d1": 16, "L1": 2, "n": 1, "budget": 1000, "arm": "grown from n members",
+            "members_used": 1, "reached": True, "m0_final_val_loss": 4.0, "m1_final_val_loss": 3.95,
+            "cost_ratio": 0.9, "cost_ratio_small_free": 0.85, "members_cost": "counted",
+            "multiplier_free": 1.2, "multiplier_free_low": 1.05, "multiplier_free_high": 1.4, "m1_seeds": 3,
+            "extrapolated": False, "extrapolation_factor": 1.0}
+    rows = [{**base, "method": "msg", "seed": s, "multiplier": 1.1, "multiplier_low": 0.95, "multiplier_high": 1.3,
+             "saving": "no measurable saving"} for s in range(3)]
+    rows += [{**base, "method": "concat", "seed": s, "multiplier": 1.3, "multiplier_low": 1.1, "multiplier_high": 1.5,
+              "saving": "saving", "extrapolated": True, "extrapolation_factor": 2.5} for s in range(3)]
+    pd.DataFrame(rows).to_csv(tmp_path / "c.csv", index=False)
+    text = "\n".join(summary_sentences(tmp_path / "c.csv"))
+    assert ("**msg** (grown from 1 members): no measurable saving: effective compute multiplier 1.10 (95% interval "
+            "0.95-1.30) with the small model counted, over 3 seeds") in text
+    assert "**concat** (grown from 1 members): growing paid: effective compute multiplier 1.30 (95% interval 1.10-1.50)" in text
+    assert "1.20 (95% interval 1.05-1.40) with it free" in text
+    assert "an extrapolation" in text and "by a factor of 2.50" in text
+    assert text.count("growing paid") == 1  # the cost ratios' own verdict gives way to the interval's

@@ -29,6 +29,8 @@ NOT_CONFIG = {
     ("recipes.py", "final_warmup"): "a schedule's options over its description's; one without the option does not warm up again",
     ("pretrained.py", "model"): "a member's tokenizer.json",
     ("compare.py", "baseline"): "the cooldown branches' points by kind (the compare rule's params), not the config",
+    ("runs.py", "baseline"): "the cooldown branches' points by kind (the compare rule's params), not the config",
+    ("runs.py", "refine"): "the cooldown branches' points by kind (the compare rule's params), not the config",
     ("compare.py", "refine"): "the cooldown branches' points by kind (the compare rule's params), not the config",
 }
 

@@ -32,7 +32,8 @@ def declared() -> dict[str, str]:
 def third_party_imports() -> dict[str, set[str]]:
     """{top-level module: files importing it} of every import outside the standard library and the project's
     own modules (growlm, the entry scripts' and benchmarks' modules beside them)."""
-    local = {"growlm"} | {p.stem for folder in SOURCES for p in folder.glob("*.py")}
+    local = ({"growlm"} | {p.stem for folder in SOURCES for p in folder.glob("*.py")}
+             | {p.parent.name for folder in SOURCES for p in folder.glob("*/__init__.py")})  # bench/rendering
     found: dict[str, set[str]] = {}
     for folder in SOURCES:
         for f in folder.rglob("*.py"):

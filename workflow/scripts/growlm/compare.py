@@ -29,40 +29,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from growlm import envelope
-from growlm.errors import GrowlmError, damaged, read_json
+from growlm.errors import damaged, read_json
 from growlm.task_scores import read_task_records, task_columns
 from growlm.growth_record import Growth
 from growlm.methods import OPERATORS, is_single_member_control, members_used
 from growlm.modes import NOT_RECORDED, arm_mode, job_mode
 from growlm.pretrained import member_cost_flops, shape_of_config
+from growlm.runs import (CURVE_COLUMNS, LEDGER_NUMBERS, M1_ARM_KEYS, arm_ends, arm_runs, envelope_columns, m0_at_budget,  # noqa: F401
+                         model_runs, multiplier_columns, on_curve, read_ledger, run_curves, run_end, tidy_run)
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
-
-
-LEDGER_NUMBERS = ("step", "tokens", "flops", "wall_s", "train_loss", "val_loss", "peak_mem_mb")
-
-
-def read_ledger(path: str | Path) -> pd.DataFrame:
-    """A model's ledger (growlm.train): missing columns or rows are a one-line error naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise GrowlmError(f"ledger {path} is missing")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise damaged(path, f"not a readable CSV: {str(err).splitlines()[0]}") from None
-    missing = [c for c in (*LEDGER_NUMBERS, "kind") if c not in df.columns]
-    if missing or df.empty or df["val_loss"].isna().all():
-        raise damaged(path, f"missing columns {missing}" if missing else "no evaluation rows")
-    for col in LEDGER_NUMBERS:
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    # the training time: wall seconds less torch.compile's compilation (a ledger without compile_s: none)
-    compile_s = pd.to_numeric(df["compile_s"], errors="coerce").fillna(0.0) if "compile_s" in df else 0.0
-    df["train_wall_s"] = df["wall_s"] - compile_s
-    # how each row was computed (growlm.modes); a ledger of a growlm older than modes does not say
-    df["mode"] = df["mode"].fillna(NOT_RECORDED).astype(str) if "mode" in df else NOT_RECORDED
-    return df
 
 
 def ledger_mode(ledger: pd.DataFrame) -> str:
@@ -250,7 +226,6 @@ def passes(budget: int, members: list[dict], token_files: dict | None) -> dict:
 
 
 M0_ARM_KEYS = ("d1", "L1", "budget")
-M1_ARM_KEYS = ("method", "d0", "L0", "d1", "L1", "n", "budget")
 
 
 def choose_learning_rates(combos: list[dict], paths: dict) -> tuple[dict, dict, pd.DataFrame]:
@@ -294,49 +269,6 @@ def arm_key(combo: dict, keys: tuple[str, ...]) -> tuple:
 DEFAULT_LEVELS = {"members": ["0"], "large": ["1"], "evaluate": "1"}
 
 
-def arm_runs(model_dirs, points, offset: float = 0.0) -> tuple[list, float]:
-    """The runs of an arm for its envelope (growlm.envelope): each model's run (its ledger's evaluations as
-    (FLOPs + `offset`, validation loss)) and each of its cooldown branches at `points` that exists; and the
-    branches' own cooldown FLOPs."""
-    runs, cooldown = [], 0.0
-    for d in model_dirs:
-        for ledger in [Path(d) / "ledger.csv", *(Path(d) / "branches" / f"b{p}" / "ledger.csv" for p in points)]:
-            if ledger != Path(d) / "ledger.csv" and not ledger.is_file():
-                continue
-            ev = read_ledger(ledger).dropna(subset=["val_loss"])
-            runs.append([(float(f) + offset, float(v)) for f, v in zip(ev["flops"], ev["val_loss"])])
-            if ledger.parent.name.startswith("b"):
-                cooldown += float(read_json(ledger.parent / "branch.json")["cooldown_flops"])
-    return runs, cooldown
-
-
-def envelope_columns(m0_dirs, m1_dirs, points: dict, *, target: float, offset: float, growth_flops: float,
-                     unknown: bool) -> tuple[dict, list[dict]]:
-    """The comparison's cost by envelope (growlm.envelope) of one M_1 against M_0 at M_0's final loss
-    `target`: M_0's runs (`m0_dirs`, every budget's, with their branches at `points["baseline"]`) and M_1's
-    (`m1_dirs`, branches at `points["refine"]`, FLOPs after `offset` - its members' and growth's - or after
-    `growth_flops` alone for the members free). NaN where each arm has only one run (no branches, one
-    budget: nothing ended anywhere but at the end). Also the saving at each loss both envelopes reach."""
-    m0, cool0 = arm_runs(m0_dirs, (points or {}).get("baseline", {}))
-    m1, cool1 = arm_runs(m1_dirs, (points or {}).get("refine", {}), 0.0 if unknown else offset)
-    m1_free, _ = arm_runs(m1_dirs, (points or {}).get("refine", {}), growth_flops)
-    row = {"envelope_runs": f"{len(m0)}+{len(m1)}", "cooldown_flops": cool0 + cool1}
-    if len(m0) < 2 and len(m1) < 2:
-        return {**row, "m0_envelope_flops": math.nan, "m1_envelope_flops": math.nan, "envelope_ratio": math.nan,
-                "envelope_ratio_small_free": math.nan, "envelope_reached": False}, []
-    c0 = envelope.reach(m0, target)
-    c1 = math.nan if unknown else envelope.reach(m1, target)
-    c1_free = envelope.reach(m1_free, target)
-    row.update(m0_envelope_flops=c0, m1_envelope_flops=c1, envelope_ratio=c1 / c0,
-               envelope_ratio_small_free=c1_free / c0, envelope_reached=not math.isnan(c1_free))
-    curve = envelope.saving_curve(m0, m1_free if unknown else m1)
-    for r in curve:
-        r["ratio_small_free"] = envelope.reach(m1_free, r["loss"]) / r["m0_flops"]
-        if unknown:
-            r["ratio"] = math.nan
-    return row, curve
-
-
 def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = None,
                 tasks: dict | None = None, pretrained: dict | None = None, envelope_dirs: dict | None = None,
                 branches: dict | None = None, token_files: dict | None = None) -> tuple[dict, list[pd.DataFrame]]:
@@ -359,14 +291,19 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     growth_flops, growth_wall = cost["growth_flops"], cost["growth_wall_s"]
     unknown = cost["unknown"]
 
-    m0, m1 = read_ledger(base_dir / "ledger.csv"), read_ledger(ref_dir / "ledger.csv")
+    m0 = m0_at_budget(base_dir, int(combo["budget"]))
+    m1 = read_ledger(ref_dir / "ledger.csv")
     m0_final = float(m0.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
     m1_final = float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
     # wall-clock ratios compare training time with training time: compilation left out on both sides
     # (docs/results.md)
     m0_flops, m0_wall = float(m0["flops"].iloc[-1]), float(m0["train_wall_s"].iloc[-1])
-    reach_flops = first_reach(m1, m0_final, "flops")
-    reach_wall = first_reach(m1, m0_final, "train_wall_s")
+    # within one schedule, like with like: M_1's curve against M_0's, each on the evaluations' own windows (a
+    # run's last row reads the whole validation split, `val_loss`, with the curve's point beside it)
+    m0_curve, m1_curve = on_curve(m0), on_curve(m1)
+    m0_curve_final = float(m0_curve.dropna(subset=["val_loss"])["val_loss"].iloc[-1])
+    reach_flops = first_reach(m1_curve, m0_curve_final, "flops")
+    reach_wall = first_reach(m1_curve, m0_curve_final, "train_wall_s")
     offset = small_flops + growth_flops
 
     def metric(d: Path, key: str) -> float:
@@ -388,6 +325,8 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "members_grown_from": grown_from(growth) if used else "",
         "m0_final_val_loss": m0_final,
         "m1_final_val_loss": m1_final,
+        "m0_final_val_loss_se": run_end(m0)["loss_se"],
+        "m1_final_val_loss_se": run_end(m1)["loss_se"],
         "m1_step0_val_loss": float(m1.dropna(subset=["val_loss"])["val_loss"].iloc[0]),
         "m0_test_loss": metric(base_dir, "loss"),
         "m1_test_loss": metric(ref_dir, "loss"),
@@ -404,7 +343,7 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
         "cost_ratio_small_free": (growth_flops + reach_flops) / m0_flops,
         "wall_ratio": (small_wall + growth_wall + reach_wall) / m0_wall,
         "wall_ratio_small_free": (growth_wall + reach_wall) / m0_wall,
-        "loss_gap_equal_flops": math.nan if unknown else loss_at(m1, m0_flops - offset) - m0_final,
+        "loss_gap_equal_flops": math.nan if unknown else loss_at(m1_curve, m0_flops - offset) - m0_curve_final,
         "m0_peak_mem_mb": float(m0["peak_mem_mb"].max()),
         "m1_peak_mem_mb": float(m1["peak_mem_mb"].max()),
         "reached": not math.isnan(reach_flops),
@@ -437,18 +376,19 @@ def compare_one(combo: dict, paths: dict, *, m0_lr=None, levels: dict | None = N
     else:
         row["arm"] = "grown from n members"
     keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
-    c0 = m0.assign(arm="M_0 (scratch)", offset_flops=0.0, lr=m0_lr, **keys)
+    points = branches or {}
+    curves = run_curves(base_dir, points.get("baseline", {}), offset=0.0, arm="M_0 (scratch)", lr=m0_lr, **keys)
     # with the members' cost unknown the curve starts at the growth's cost (members free, as the row says)
-    c1 = m1.assign(arm=f"M_1 ({combo['method']})", offset_flops=growth_flops if unknown else offset, lr=combo["lr"],
-                   **keys)
-    curves, member_ledgers = [c0, c1], []
+    curves += run_curves(ref_dir, points.get("refine", {}), offset=growth_flops if unknown else offset,
+                         arm=f"M_1 ({combo['method']})", lr=combo["lr"], **keys)
+    member_ledgers = []
     for i, member in enumerate(used, start=1):
         if not (Path(member["dir"]) / "ledger.csv").is_file():  # a pretrained member: not trained here
             continue
         led = read_ledger(Path(member["dir"]) / "ledger.csv")
         member_ledgers.append(led)
-        curves.append(led.assign(arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset_flops=0.0,
-                                 **keys))
+        curves.append(tidy_run(led, None, arm=f"m_{i} (small, level {'+'.join(levels['members'])})", offset=0.0,
+                               **keys))
     # how each arm's numbers were computed (growlm.modes: compile and CPU threads change the last digits)
     row["m0_mode"], row["m1_mode"] = ledger_mode(m0), arm_modes(m1, growth, member_ledgers)
     return row, curves
@@ -473,12 +413,14 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
                 out.append(Path(paths[pattern].format(**{**combo, "budget": b, "lr": chosen[key]})))
         return out
 
-    rows, curves, savings = [], [], []
+    rows, curves, savings, m0_ends = [], [], [], []
     for combo in combos:
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
         dirs = {"m0": at_every_budget(combo, "baseline", M0_ARM_KEYS, m0_lrs),
                 "m1": at_every_budget(combo, "refined", M1_ARM_KEYS, m1_lrs)}
+        m0_ends.append(arm_ends(dirs["m0"], (branches or {}).get("baseline", {})).assign(
+            **{k: combo[k] for k in M1_ARM_KEYS}, seed=combo["seed"]))
         row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels,
                              tasks=tasks, pretrained=pretrained, envelope_dirs=dirs, branches=branches,
                              token_files=token_files)
@@ -488,13 +430,14 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
         savings += [{**keys, **r} for r in row.pop("savings")]
         rows.append(row)
         curves.extend(c)
-    table = pd.DataFrame(rows)
+    table = multiplier_columns(pd.DataFrame(rows), pd.concat(m0_ends, ignore_index=True) if m0_ends else None)
     table.to_csv(comparison_csv, index=False)
     if savings_csv is not None:
         pd.DataFrame(savings, columns=[*("d0", "L0", "d1", "L1", "n", "method", "seed", "budget"), "loss", "m0_flops",
                                        "m1_flops", "ratio", "ratio_small_free"]).to_csv(savings_csv, index=False)
     curve_df = pd.concat(curves, ignore_index=True)
     curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
-    curve_df.to_csv(curves_csv, index=False)
+    first = [c for c in CURVE_COLUMNS if c in curve_df]  # the tidy columns first, the ledger's others after
+    curve_df[[*first, *(c for c in curve_df if c not in first)]].to_csv(curves_csv, index=False)
     print(table.T.to_string())
     return table

@@ -16,6 +16,12 @@ import seaborn as sns  # noqa: E402
 
 from growlm.report.tables import test_level  # noqa: E402
 
+def full_runs(curves: pd.DataFrame) -> pd.DataFrame:
+    """curves.csv's full runs: the rows of cooldown branches (`run` other than "full") are runs of their own,
+    whose ends the envelope and the multiplier read; a figure of the runs over FLOPs draws each full run."""
+    return curves[curves["run"] == "full"] if "run" in curves else curves
+
+
 def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
     """Validation loss against cumulative training FLOPs; M_1 starts at the small models' cost."""
     fig = loss_vs_flops_figure(curves_csv, comparison_csv)
@@ -25,7 +31,7 @@ def loss_vs_flops_plot(curves_csv, comparison_csv, out_svg) -> None:
 
 def loss_vs_flops_figure(curves_csv, comparison_csv):
     """The figure of `loss_vs_flops_plot`: a panel per size and budget, the legend beside it."""
-    curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    curves = full_runs(pd.read_csv(curves_csv)).dropna(subset=["val_loss"])
     comp = pd.read_csv(comparison_csv)
     large = curves[~curves["arm"].str.startswith("m_")].copy()
     large["seed"] = large["seed"].astype(str)
@@ -92,7 +98,7 @@ def answer_figure(curves_csv, comparison_csv):
     final loss is the dashed line, and each arm's first crossing of it is marked, its cost ratio (the
     figure's own reading of the comparison's) in the legend below the panel. Drawn at the width of the
     report's first page (`FIRST_PAGE_INCHES`)."""
-    curves = pd.read_csv(curves_csv).dropna(subset=["val_loss"])
+    curves = full_runs(pd.read_csv(curves_csv)).dropna(subset=["val_loss"])
     comp = pd.read_csv(comparison_csv)
     large = curves[~curves["arm"].str.startswith("m_")]
     keys = ["d0", "L0", "d1", "L1", "n", "budget"]

@@ -22,7 +22,61 @@ def _ratio(mean: float, std: float, seeds: int) -> str:
     return f"{mean:.2f}" + (f" ± {std:.2f}" if seeds > 1 and std == std else "")
 
 
+VERDICTS = {"saving": "growing paid", "no measurable saving": "no measurable saving",
+            "costs more": "growing cost more than training from scratch"}
+
+
+def _interval(g: pd.DataFrame, name: str) -> str:
+    low, high = g[f"{name}_low"].iloc[0], g[f"{name}_high"].iloc[0]
+    if not (low == low and high == high):  # too few seeds or points to draw from
+        return f"{g[name].iloc[0]:.2f} (no interval: too few seeds to bootstrap)"
+    return f"{g[name].iloc[0]:.2f} (95% interval {low:.2f}-{high:.2f})"
+
+
+def multiplier_sentence(g: pd.DataFrame, small: str) -> tuple[str, str] | None:
+    """(the verdict, the sentence) of an arm's effective compute multiplier (growlm.multiplier: the FLOPs M_0's
+    fitted curve of finished runs needs for M_1's final loss, over M_1's), or None where the comparison has none.
+    The verdict is the interval's: a saving only where the whole 95% interval lies above 1."""
+    if "multiplier_free" not in g or not g["multiplier_free"].notna().any():
+        return None
+    counted = g["multiplier"].notna().any()
+    name = "multiplier" if counted else "multiplier_free"
+    verdict = VERDICTS.get(str(g["saving"].iloc[0]), "no measurable saving")
+    if not counted:  # members of unknown cost: the interval is the members-free one
+        verdict += " with the members free"
+    seeds = int(g["m1_seeds"].iloc[0]) if g["m1_seeds"].notna().any() else g["seed"].nunique()
+    whose = ("with " + small + (" counted" if counted else " free")) if small else ""
+    text = (f"effective compute multiplier {_interval(g, name)} {whose}, over {seeds} seed{'s' if seeds != 1 else ''}"
+            f" (the FLOPs M_0's fitted curve of its finished runs needs to reach M_1's final loss, over M_1's FLOPs; "
+            f"above 1, growing saved compute)")
+    if counted and small:
+        text += f", {_interval(g, 'multiplier_free')} with {'it' if small == 'the small model' else 'them'} free"
+    extrapolated = str(g["extrapolated"].iloc[0]).lower() in ("true", "1")
+    if extrapolated:
+        text += (f"; an extrapolation: M_1's final loss lies outside M_0's finished runs, which the fit is stretched "
+                 f"past by a factor of {g['extrapolation_factor'].iloc[0]:.2f} in FLOPs")
+    return verdict, text
+
+
+def _said(head: str, verdict: str | None, details: str) -> str:
+    return f"{head}: {verdict}. {details}" if verdict else f"{head}: {details}"
+
+
 def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
+    """An arm's sentence: its verdict - the multiplier's interval where there is one (`multiplier_sentence`),
+    else the cost ratio's - then how M_1 reached M_0's final loss (by envelope and within one schedule)."""
+    members = int(g["members_used"].iloc[0]) if "members_used" in g else 0
+    small = {0: "", 1: "the small model"}.get(members, "the small models")
+    measured = multiplier_sentence(g, small)
+    if measured is None:
+        return _ratio_sentence(method, arm, g)
+    verdict, text = measured
+    head, _, details = _ratio_sentence(method, arm, g, plain=True).partition(": ")
+    return f"{head}: {verdict}: {text}. {details}"
+
+
+def _ratio_sentence(method: str, arm: str, g: pd.DataFrame, plain: bool = False) -> str:
+    """The sentence of the cost ratios (`plain`: without their verdict, which the multiplier's replaces)."""
     seeds = g["seed"].nunique()
     reached = int(g["reached"].sum())
     m0, m1 = g["m0_final_val_loss"].mean(), g["m1_final_val_loss"].mean()
@@ -43,11 +97,12 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
         # pretrained members whose training cost growlm does not know (members.cost not stated)
         verdict = "growing paid with the members free" if ok["cost_ratio_small_free"].mean() < 1 else \
             "growing did not pay even with the members free"
-        return (f"{head}: {verdict}. M_1 reached M_0's final validation loss at {free} of M_0's FLOPs with {small} "
-                f"free{partly} and ended at {m1:.3f} (M_0: {m0:.3f}); the members' own training cost is not counted: it is "
-                f"not known (state it in members.cost to count it).")
+        return _said(head, None if plain else verdict,
+                     f"M_1 reached M_0's final validation loss at {free} of M_0's FLOPs with {small} "
+                     f"free{partly} and ended at {m1:.3f} (M_0: {m0:.3f}); the members' own training cost is not counted: "
+                     f"it is not known (state it in members.cost to count it).")
     if "envelope_ratio" in g and g["envelope_ratio_small_free"].notna().any():
-        return _envelope_sentence(head, g, small, members)
+        return _envelope_sentence(head, g, small, members, plain)
     counted = _ratio(ok["cost_ratio"].mean(), ok["cost_ratio"].std(), len(ok))
     ratio, ratio_free = ok["cost_ratio"].mean(), ok["cost_ratio_small_free"].mean()
     if ratio < 1:
@@ -59,11 +114,11 @@ def _arm_sentence(method: str, arm: str, g: pd.DataFrame) -> str:
     whose = "the small model's" if members == 1 else "the small models'"
     cost = (f"at {counted} of M_0's FLOPs counting {whose} training ({free} with {'it' if members == 1 else 'them'}"
             f" free)" if small else f"at {counted} of M_0's FLOPs")
-    return (f"{head}: {verdict}. M_1 reached M_0's final validation loss {cost}{partly} and ended at {m1:.3f} "
-            f"(M_0: {m0:.3f}).")
+    return _said(head, None if plain else verdict, f"M_1 reached M_0's final validation loss {cost}{partly} and ended "
+                 f"at {m1:.3f} (M_0: {m0:.3f}).")
 
 
-def _envelope_sentence(head: str, g: pd.DataFrame, small: str, members: int) -> str:
+def _envelope_sentence(head: str, g: pd.DataFrame, small: str, members: int, plain: bool = False) -> str:
     """An arm whose runs make an envelope (cooldown branches, or several budgets): the cost by envelope first
     (growlm.envelope: the loss runs that ended there reached), then the first crossing within one schedule."""
     seeds = g["seed"].nunique()
@@ -88,9 +143,10 @@ def _envelope_sentence(head: str, g: pd.DataFrame, small: str, members: int) -> 
     inside = (f"within one schedule, M_1's first crossing inside its own run, {within['cost_ratio'].mean():.2f}"
               if len(within) and within["cost_ratio"].notna().all() else
               "within one schedule M_1's own run " + ("reached it" if len(within) else "did not reach it"))
-    return (f"{head}: {verdict}. By envelope (the lowest loss any run of each arm reached at each FLOPs, its cooldown "
-            f"branches being runs that ended there) M_1 reached M_0's final validation loss at {cost}{partly}; "
-            f"{inside}. M_1 ended at {m1:.3f} (M_0: {m0:.3f}).")
+    return _said(head, None if plain else verdict,
+                 f"By envelope (each arm's finished runs - its full runs and cooldown branches, each a run that ended "
+                 f"there - joined by its fitted curve or lower hull) M_1 reached M_0's final validation loss at "
+                 f"{cost}{partly}; {inside}. M_1 ended at {m1:.3f} (M_0: {m0:.3f}).")
 
 
 def _passes(group: pd.DataFrame) -> str:
@@ -267,8 +323,8 @@ FIGURE_CAPTION = ("Validation loss against cumulative training FLOPs, means over
 
 
 SAVINGS_CAPTION = ("The saving at each loss: the FLOPs M_1 needs to reach a validation loss over the FLOPs M_0 needs, "
-                   "both read off their envelopes (the lowest loss any run of the arm - its cooldown branches "
-                   "included - reached at each FLOPs), the members counted; one line per arm and seed, a cross at M_0's "
+                   "both read off their envelopes of finished runs (each arm's full runs' and cooldown branches' ends, "
+                   "joined by its fitted curve or lower hull), the members counted; one line per arm and seed, a cross at M_0's "
                    "final loss. Below the dashed line at 1, growing was cheaper at that loss.")
 
 
@@ -304,10 +360,17 @@ def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None, figu
     for sentence in summary_sentences(comparison_csv, tasks_csv):
         prefix = "" if sentence.startswith(("M_0 (", "The ", "**The ")) else "* "
         lines += [prefix + sentence, ""]
-    lines += ["Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 reaches M_0's final "
+    lines += ["Effective compute multiplier: M_0's finished runs (the ends of its full runs and cooldown branches, "
+              "seeds pooled) fitted with L(C) = E + A C^-alpha; the FLOPs that curve needs to reach M_1's final loss, "
+              "over M_1's FLOPs (its members and growth counted, or free). Above 1, growing saved compute; its 95% "
+              "interval comes from a bootstrap over seeds, and a saving is stated only where the whole interval lies "
+              "above 1 (otherwise: no measurable saving). Where M_1's loss lies outside M_0's finished runs the fit "
+              "extrapolates, and the sentence says by how much.", "",
+              "Cost ratio: (FLOPs of the small models + growth + refinement FLOPs until M_1 reaches M_0's final "
               "validation loss) / M_0's FLOPs; below 1, growing was cheaper than training from scratch. *By envelope*: "
-              "read off the lowest loss any run of each arm reached at each FLOPs, a run's cooldown branches being "
-              "complete runs of shorter budgets (the loss a budget buys, as scaling studies measure it); the "
+              "read off each arm's finished runs (its full runs' and cooldown branches' ends, complete runs of "
+              "shorter budgets: the loss a budget buys, as scaling studies measure it) joined by its fitted curve or "
+              "lower hull; the "
               "branches' own FLOPs are the measurement's cost, charged to no arm. *Within one schedule*: M_1's first "
               "crossing inside its own run, whose rate has not decayed there (an upper bound). The table under "
               f"*Comparison* holds every number; ``{comparison_csv}`` every column.", "",

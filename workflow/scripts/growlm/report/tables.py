@@ -74,12 +74,18 @@ def corpus_stats_table(stats_files: list[str], *, csv_file, html_file) -> pd.Dat
 
 COMPARISON_COLUMNS = {
     "method": "method", "arm": "arm",
+    "multiplier": "effective compute multiplier (small counted)", "multiplier_low": "its 95% interval, low",
+    "multiplier_high": "its 95% interval, high", "saving": "saving (by the interval)",
+    "multiplier_free": "effective compute multiplier (small models free)",
+    "extrapolated": "multiplier extrapolated past M_0's runs", "extrapolation_factor": "extrapolated by (FLOPs)",
+    "seed_multiplier": "this seed's multiplier (small counted)",
     "envelope_ratio": "cost ratio by envelope (small counted)",
     "envelope_ratio_small_free": "cost ratio by envelope (small models free)",
     "reached": "reached M_0's loss within one schedule",
     "cost_ratio": "cost ratio within one schedule (small counted)",
     "cost_ratio_small_free": "cost ratio within one schedule (small models free)",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
+    "m0_final_val_loss_se": "its standard error (M_0)", "m1_final_val_loss_se": "its standard error (M_1)",
     "loss_gap_equal_flops": "loss gap at equal total FLOPs",
     "seed": "seed", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used",
     "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
@@ -106,6 +112,10 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     df = pd.read_csv(comparison_csv)
     cols = [c for c in COMPARISON_COLUMNS if c in df.columns] + task_score_columns(df)
     view = df[cols].astype(object)
+    for col in ("multiplier", "multiplier_low", "multiplier_high", "multiplier_free", "seed_multiplier",
+                "m0_final_val_loss_se", "m1_final_val_loss_se", "extrapolation_factor"):
+        if col in view:  # empty where M_0's finished runs are too few to fit, or a ledger records no error
+            view[col] = view[col].where(pd.notna(df[col]), "-")
     for col in ("m1_flops_to_m0_loss", "cost_ratio", "cost_ratio_small_free", "wall_ratio", "envelope_ratio",
                 "envelope_ratio_small_free"):
         if col in view:
@@ -128,9 +138,11 @@ def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
 
     html = view.to_html(index=False, formatters={c: fmt for c in view.columns}, table_id="comparison")
     note = ("<p>Cost ratio = (FLOPs of all n small models + growth + refinement FLOPs until M_1 reaches M_0's final "
-            "validation loss) / M_0's FLOPs. Below 1: growing was cheaper. <b>By envelope</b>: where the lowest loss "
-            "any run of M_1 reached (its cooldown branches, complete runs of shorter budgets, included) gets to M_0's "
-            "final loss, over where M_0's does. <b>Within one schedule</b>: M_1's first crossing inside its own run. "
+            "validation loss) / M_0's FLOPs. Below 1: growing was cheaper. <b>Effective compute multiplier</b>: the "
+            "FLOPs M_0's fitted curve of finished runs needs for M_1's final loss over M_1's FLOPs; above 1, growing "
+            "saved compute; a saving only where its 95% interval lies above 1. <b>By envelope</b>: where M_1's "
+            "envelope of finished runs (its full runs' and cooldown branches' ends, complete runs of shorter "
+            "budgets) gets to M_0's final loss, over where M_0's does. <b>Within one schedule</b>: M_1's first crossing inside its own run. "
             "'not reached': M_1 never reached M_0's final loss.</p>")
     sweep_html = ""
     if lr_sweep_csv is not None and Path(lr_sweep_csv).is_file():
@@ -189,6 +201,7 @@ def profile_html(summary_files: list[str], curves_csv, out_html) -> None:
     """The report's Profile section: per tool and model kind, phases, memory, top kernels, cost."""
     parts = ["<h3>Profile</h3>"]
     curves = pd.read_csv(curves_csv)
+    curves = curves[curves["run"] == "full"] if "run" in curves else curves  # whole runs, not cooldown branches
     last = curves.sort_values("step").groupby(["arm", "seed", "d0", "d1", "n", "method", "budget"]).tail(1)
     cost = last.assign(TFLOPs=last["flops"] / 1e12, achieved_GFLOP_per_s=last["flops"] / last["wall_s"] / 1e9)
     cost = cost[["arm", "method", "d0", "d1", "n", "seed", "TFLOPs", "wall_s", "achieved_GFLOP_per_s",

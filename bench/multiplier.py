@@ -1,0 +1,245 @@
+"""The effective compute multiplier with its 95% interval at 8 and 32 tokens per parameter (RESULTS 15, measured again).
+
+    .venv/bin/python bench/multiplier.py --budgets 8 --seeds 0,1,2   # trains what is missing, then the tables
+    .venv/bin/python bench/multiplier.py --budgets 8 --seeds 3,4     # more seeds where an interval straddles 1
+    .venv/bin/python bench/multiplier.py --summarise-only            # the tables from the finished runs
+
+RESULTS 15 read each arm's cost off the lowest loss any of its runs reached, the full run's own decay included, and
+divided by M_0's FLOPs to its own final loss; at 32 tokens per parameter that was the first crossing again, and
+its differences sat inside the seeds' spread. This measures the same setting as the field reads it (growlm.multiplier,
+docs/results.md): M_0's finished runs (its full runs' and cooldown branches' ends, seeds pooled) fitted with
+L(C) = E + A C^-alpha, and each arm's effective compute multiplier C_0(L_1) / C_1 with a 95% interval from a
+bootstrap over seeds, its members counted and free.
+
+Setting: bench/envelope.yaml (section 8's: bundled readers, vocabulary 2048, members d0 = 32, L0 = 2 on level 0,
+M_0 and M_1 d1 = 64, L1 = 4 on level 1, every job under wsd), M_0 at its tuned rate 4e-3 and weight decay 0.1
+(RESULTS 15's tuning table: 0.1 ended lowest at both budgets), trained twice its budget (`EXTEND`) with cooldown
+branches whose ends bracket the budget, so that M_0's finished runs bracket every arm's final loss and its run of
+exactly the budget is one of them; every arm refined at 8e-3 and weight decay 0.1 with cooldown branches at the
+refinement's points (`REFINE_POINTS`). Every evaluation's standard error is recorded and every run's end is
+evaluated on the whole validation split.
+
+Arms (RESULTS 15's, `bench/envelope.py`'s definitions): at 8 tokens per parameter (1.6M tokens) `msg`, the members
+given 1% and 10% of M_0's FLOPs, and the 10% member with teaching (the best teach arm there); at 32 (6.4M) `msg`,
+the 1% member and the 1% member with teaching. Each budget's folders are run_multiplier_<budget>_<arm folder> under
+--root; M_0 and `msg` train in the base folder, every other arm in a copy of it (corpus, tokenizer and M_0 reused).
+
+Writes, leaving RESULTS 15's first measurement (envelope_*.csv) as it was:
+- bench/results/multiplier_seeds.csv: growlm's comparison row of every arm and seed (growlm.compare.compare_one),
+  with its multiplier columns;
+- bench/results/multiplier_table.csv: one row per budget and arm: the multiplier counted and free with its 95%
+  interval, whether it is an extrapolation and by how much, the cost ratio by envelope of finished runs and within
+  one schedule (mean and standard deviation over seeds), the final losses with their standard errors;
+- bench/results/multiplier_curves.csv: every evaluation of every run (M_0's full runs and branches, each M_1's,
+  the members'), so that every figure can be fitted again without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from envelope import SIZES, Runner, arms, baseline_dir, optim, refined_dir, with_teach
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow" / "scripts"))
+
+OUT = REPO / "bench" / "results"
+BUDGETS = {"8": 1_600_000, "32": 6_400_000}
+M0_LR, ARM_LR, WD = "0.004", "0.008", 0.1
+ARMS = {"8": ("msg", "msg, members 1%", "msg, members 10%", "msg, members 10% + teach"),
+        "32": ("msg", "msg, members 1%", "msg, members 1% + teach")}
+EXTEND = 2  # M_0 trains twice its budget (baseline.extend)
+# M_0's branches: train.branches' default points (0.2, 0.35, 0.5, 0.7 of the stable phase of its run of the budget),
+# and the two baseline.extend adds, 1 (the run of exactly the budget) and (1 + EXTEND) / 2; so its finished runs end at
+# about 0.2, 0.35, 0.5, 0.7, 1, 1.5 and 2 times the budget. The refinements' at train.refine.branches' default points,
+# which add 0.85 and 0.95 to RESULTS 15's four
+M0_POINTS = (0.2, 0.35, 0.5, 0.7, 1.0, (1 + EXTEND) / 2)
+REFINE_POINTS = (0.2, 0.35, 0.5, 0.7, 0.85, 0.95)
+
+
+def overlay() -> dict:
+    """What every folder adds to envelope.yaml: M_0 past its budget (its branch points follow), the refinements'
+    branch points as the defaults give them."""
+    return {"baseline": {"extend": EXTEND}}
+
+
+def all_arms(key: str) -> dict[str, dict]:
+    budget = BUDGETS[key]
+    out = arms(budget)
+    for name in list(out):
+        out[f"{name} + teach"] = with_teach(out[name])
+    return {name: out[name] for name in ARMS[key]}
+
+
+def point_ids(points) -> list[str]:
+    from growlm.envelope import point_id
+
+    return [point_id(p) for p in points]
+
+
+def targets(model: str, points) -> list[str]:
+    """A large model's ledger and its cooldown branches' records."""
+    return [f"{model}/ledger.csv", *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
+
+
+def m0_model(budget: int, seed: int) -> str:
+    return baseline_dir(budget, optim(M0_LR, WD), seed)
+
+
+def m1_model(arm: dict, budget: int, seed: int) -> str:
+    return refined_dir(arm, budget, optim(ARM_LR, WD), seed)
+
+
+def run(root: Path, key: str, seeds, cores: int) -> None:
+    """Every model of a budget's arms at `seeds` that is not finished: the base folder (M_0 and msg) first, then the
+    other arms' folders side by side, each on one core."""
+    budget = BUDGETS[key]
+    r = Runner(root, budget, cores)
+    r.folder = lambda name: root / f"run_multiplier_{budget}_{name}"  # this measurement's own folders
+    chosen = all_arms(key)
+    base = [t for s in seeds for t in targets(m0_model(budget, s), M0_POINTS)]
+    base += [t for s in seeds for t in targets(m1_model(chosen["msg"], budget, s), REFINE_POINTS)]
+    r.run("base", overlay(), base, copy_of=None)
+    others: dict[str, tuple[dict, list[str]]] = {}
+    for name, arm in chosen.items():
+        if arm["folder"] == "base":
+            continue
+        settings, wanted = others.setdefault(arm["folder"], (_merge(arm["overlay"]), []))
+        wanted += [t for s in seeds for t in targets(m1_model(arm, budget, s), REFINE_POINTS)]
+    one = Runner(root, budget, 1)
+    one.folder = r.folder
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        for done in [pool.submit(one.run, folder, settings, wanted) for folder, (settings, wanted) in others.items()]:
+            done.result()
+
+
+def _merge(arm_overlay: dict) -> dict:
+    """An arm's overlay with this measurement's beside it."""
+    return {**arm_overlay, **overlay()}
+
+
+def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[dict], list[pd.DataFrame], list]:
+    """Each seed's comparison row of an arm against M_0 (base folder), its curves and M_0's finished runs."""
+    from growlm.compare import compare_one
+    from growlm.runs import arm_ends
+
+    budget = BUDGETS[key]
+    folder = root / f"run_multiplier_{budget}_{arm['folder']}"
+    base = root / f"run_multiplier_{budget}_base"
+    rows, curves, ends = [], [], []
+    for seed in seeds:
+        m0, m1 = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
+        if not (m1 / "ledger.csv").is_file() or not (m0 / "ledger.csv").is_file():
+            continue
+        combo = {"d0": arm["d0"], "L0": arm["L0"], "d1": SIZES["d1"], "L1": SIZES["L1"], "n": arm["n"],
+                 "method": arm["method"], "seed": seed, "budget": budget, "lr": optim(ARM_LR, WD)}
+        paths = {"baseline": str(base / "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"),
+                 "refined": str(folder / "results/models/refined/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/"
+                                         "t{budget}_lr{lr}/s{seed}"),
+                 "grown": str(folder / "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")}
+        tokens = {"large": folder / "results/tokens/level1/train.npy",
+                  "members": folder / "results/tokens/level0/train.npy"}
+        points = {"baseline": point_ids(M0_POINTS), "refine": point_ids(REFINE_POINTS)}
+        here = os.getcwd()
+        os.chdir(folder)  # the grow job's record names the members relative to the run's folder, as the workflow runs
+        try:
+            row, c = compare_one(combo, paths, m0_lr=optim(M0_LR, WD), envelope_dirs={"m0": [m0], "m1": [m1]},
+                                 branches=points, token_files=tokens)
+        finally:
+            os.chdir(here)
+        row.pop("savings", None)
+        row["arm_kind"] = row.pop("arm")
+        rows.append({"arm": name, **row})
+        curves += [x.assign(arm_name=name) for x in c]
+        ends.append(arm_ends([m0], points["baseline"]).assign(
+            **{k: combo[k] for k in ("method", "d0", "L0", "d1", "L1", "n", "budget")}, seed=seed))
+    return rows, curves, ends
+
+
+def summarise(root: Path, keys, seeds=range(10)) -> pd.DataFrame:
+    from growlm.runs import multiplier_columns
+
+    seeds_rows, curves = [], []
+    for key in keys:
+        for name, arm in all_arms(key).items():
+            rows, c, ends = arm_rows(root, key, name, arm, seeds)
+            if not rows:
+                continue
+            table = multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True))
+            seeds_rows.append(table)
+            curves += c
+    if not seeds_rows:
+        print("no finished runs under", root)
+        return pd.DataFrame()
+    per_seed = pd.concat(seeds_rows, ignore_index=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    per_seed.to_csv(OUT / "multiplier_seeds.csv", index=False)
+    curve_df = pd.concat(curves, ignore_index=True)
+    curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
+    curve_df = curve_df.drop_duplicates(subset=["arm", "run", "seed", "budget", "method", "step", "arm_name"])
+    curve_df.to_csv(OUT / "multiplier_curves.csv", index=False)
+    table = per_arm(per_seed)
+    table.to_csv(OUT / "multiplier_table.csv", index=False)
+    return table
+
+
+def per_arm(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """One row per budget and arm: the arm's multiplier columns (the same on each of its seeds' rows), the cost
+    ratios' means and standard deviations over the seeds, the final losses' means and standard errors."""
+    g = per_seed.groupby(["budget", "arm"], sort=False)
+    first = ["tokens_per_param", "m0_passes", "multiplier", "multiplier_low", "multiplier_high", "multiplier_free",
+             "multiplier_free_low", "multiplier_free_high", "saving", "extrapolated", "extrapolation_factor",
+             "m0_fit_E", "m0_fit_A", "m0_fit_alpha", "m0_points", "m0_seeds", "m1_seeds", "interval_method"]
+    table = g.agg(**{c: (c, "first") for c in first if c in per_seed},
+                  seeds=("seed", "nunique"),
+                  small_flops=("small_flops", "first"), m0_flops=("m0_flops", "first"),
+                  reached_by_envelope=("envelope_reached", "sum"), reached_within=("reached", "sum"),
+                  envelope_ratio=("envelope_ratio", "mean"), envelope_ratio_std=("envelope_ratio", "std"),
+                  envelope_ratio_small_free=("envelope_ratio_small_free", "mean"),
+                  cost_ratio=("cost_ratio", "mean"), cost_ratio_std=("cost_ratio", "std"),
+                  cost_ratio_small_free=("cost_ratio_small_free", "mean"),
+                  m0_final_val_loss=("m0_final_val_loss", "mean"), m0_final_val_loss_std=("m0_final_val_loss", "std"),
+                  m0_final_val_loss_se=("m0_final_val_loss_se", "mean"),
+                  m1_final_val_loss=("m1_final_val_loss", "mean"), m1_final_val_loss_std=("m1_final_val_loss", "std"),
+                  m1_final_val_loss_se=("m1_final_val_loss_se", "mean"),
+                  cooldown_flops=("cooldown_flops", "mean")).reset_index()
+    table["small_flops_share"] = table.pop("small_flops") / table["m0_flops"]
+    table["cooldowns_share_of_m0"] = table.pop("cooldown_flops") / table.pop("m0_flops")
+    return table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--root", type=Path, default=REPO / "bench", help="where the run folders go")
+    ap.add_argument("--budgets", default="8,32", help="tokens per non-embedding parameter: 8, 32 or both")
+    ap.add_argument("--seeds", default="0,1,2", help="seeds to train (the tables read every seed finished)")
+    ap.add_argument("--summarise-only", action="store_true")
+    args = ap.parse_args(argv)
+    keys = [k for k in args.budgets.split(",") if k]
+    unknown = [k for k in keys if k not in BUDGETS]
+    if unknown:
+        ap.error(f"unknown budgets {unknown}; one of {sorted(BUDGETS)}")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s != ""]
+    except ValueError:
+        ap.error(f"--seeds takes whole numbers separated by commas, not {args.seeds!r}")
+    if not args.summarise_only:
+        for key in keys:
+            run(args.root, key, seeds, args.cores)
+            summarise(args.root, keys)
+    table = summarise(args.root, keys)
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
+        print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
