@@ -52,8 +52,13 @@ def read_source(path: str | Path) -> str:
         raise GrowlmError(f"corpus source file {path} is not UTF-8 text (byte {err.start})") from None
 
 
-def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path:
+def download_source(url: str, dest: Path, sha256: str | None, name: str, *, mirror: Path | None = None) -> Path:
     """Download `url` to `dest` and check its SHA-256; return `dest`.
+
+    With a `mirror` folder that holds `<name>.txt` (the layout of a run's own downloads/ folder), that
+    file is copied instead of the URL fetched, and checked against the same sha256: a machine without a
+    network builds the very corpus a download builds, and a wrong or damaged file is refused as a wrong
+    download is. A source the mirror lacks is downloaded.
 
     The data goes to a temporary file next to `dest` first and is renamed into place only
     after the checksum matched, so `dest` is either complete and verified or absent.
@@ -61,28 +66,33 @@ def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    local = Path(mirror) / f"{name}.txt" if mirror is not None else None
+    origin = str(local) if local is not None and local.is_file() else url
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     digest = hashlib.sha256()
     try:
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            with os.fdopen(fd, "wb") as out, (open(local, "rb") if origin != url  # noqa: SIM115 (closed by with)
+                                              else urllib.request.urlopen(url, timeout=60)) as response:
                 while chunk := response.read(1 << 16):
                     digest.update(chunk)
                     out.write(chunk)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", None) or err
-            raise GrowlmError(f"corpus source {name!r}: download of {url} failed: {reason}") from None
+            missing = f" (not in the mirror {mirror}: no {local.name})" if local is not None else ""
+            what = f"reading {origin}" if origin != url else f"download of {url}{missing}"
+            raise GrowlmError(f"corpus source {name!r}: {what} failed: {reason}") from None
         actual = digest.hexdigest()
         if sha256 is None:
             warnings.warn(
                 f"corpus source {name!r}: checksum not checked (sha256 is null); "
-                f"the downloaded file's sha256 is {actual}",
+                f"the sha256 of {origin} is {actual}",
                 stacklevel=2,
             )
         elif actual != sha256.strip().lower():
             raise GrowlmError(
-                f"corpus source {name!r}: checksum mismatch for {url}: "
+                f"corpus source {name!r}: checksum mismatch for {origin}: "
                 f"expected sha256 {sha256.strip().lower()}, got {actual}"
             )
         os.replace(tmp, dest)
@@ -435,6 +445,16 @@ def flesch_kincaid_grade(sentences: list[str]) -> float:
     hyphenation dictionary (what textstat 0.7.3 did; newer textstat downloads cmudict at run time)."""
     words = [w for s in sentences for w in _FK_WORD.findall(s)]
     return grade(len(sentences), len(words), sum(map(_word_syllables, words)))
+
+
+def reading_grade(document: str, settings: dict) -> float:
+    """The Flesch-Kincaid grade (`grade`) of the sentences a document contributes to the corpus: its
+    source's cleaner and `min_words`/`max_words` (`settings`, growlm.sources.settings_of), cut into
+    sentences whatever the source's `sentences` says, so that a book's grade is the one a level of
+    that book alone reports (`level_statistics`). How growlm ranks books by difficulty: the overlay
+    config/children-large.yaml puts a book on its easy level by this grade (docs/corpus.md)."""
+    counted = counted_units(document, {**settings, "sentences": True})
+    return grade(len(counted), sum(c[1] for _, c in counted), sum(c[2] for _, c in counted))
 
 
 def level_statistics(sentences: list[str]) -> dict:
