@@ -245,7 +245,8 @@ def clean_gutenberg(text: str) -> list[str]:
     Removes the PG header/footer (if present), bracket blocks ([Illustration...],
     [Script: ...], [Transcriber's Note...]), front matter (preface, introduction,
     contents, suggestions to teachers...), appendices (vocabulary, word lists, phonetic
-    tables: dropped to the end of the book), lesson headings, word lists and phonics keys,
+    tables: dropped to the end of the book, once some prose was kept: before it, such a heading is
+    a row of the contents list), lesson headings, word lists and phonics keys,
     page numbers, all-caps headings, lines with no lowercase letter, ``_ * ~`` markup and
     publishers' advertisements. Hard-wrapped lines are re-joined into one line per
     paragraph; Unicode is NFKC-normalised, quotes are straight and ``--`` becomes an em
@@ -258,7 +259,7 @@ def clean_gutenberg(text: str) -> list[str]:
     for lines in _paragraph_blocks(text):
         if _is_heading(lines):
             heading = re.sub(r"\s+", " ", lines[0]).strip(" .:")
-            if _END_SECTION.fullmatch(heading):
+            if _END_SECTION.fullmatch(heading) and paragraphs:  # before any prose: a contents list's row
                 break
             skipping = bool(_SKIP_SECTION.fullmatch(heading))
             continue
