@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, plan
+from conftest import REPO, plan, run_snakemake
 from growlm import corpus, sources
 from growlm.errors import GrowlmError
 from growlm.jobs import corpus as corpus_jobs
@@ -190,15 +190,32 @@ def test_the_overlay_names_every_book_pinned_and_levels_follow_the_rule():
 
 def test_the_overlay_plans_and_a_missing_mirror_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv(sources.MIRROR_ENV, raising=False)
-    error, jobs = plan(REPO, configfiles=["config/children-large.yaml"], targets=["all"])
+    levels = [f"results/children-large/corpus/level{level}/stats.json" for level in (0, 1)]
+    error, jobs = plan(REPO, configfiles=["config/children-large.yaml"], targets=levels)
     assert error is None, error
     n = len(_overlay()[1])
     assert sum(1 for rule, _ in jobs if rule == "download_source") == n
-    error, _ = plan(REPO, f"corpus={{mirror: {tmp_path / 'absent'}}}", configfiles=["config/children-large.yaml"])
+    error, _ = plan(REPO, f"corpus={{mirror: {tmp_path / 'absent'}}}", configfiles=["config/children-large.yaml"],
+                    targets=levels)
     assert error and "corpus.mirror" in error and "absent" in error
     monkeypatch.setenv(sources.MIRROR_ENV, str(tmp_path / "absent"))
-    error, _ = plan(REPO, configfiles=["config/children-large.yaml"])
+    error, _ = plan(REPO, configfiles=["config/children-large.yaml"], targets=levels)
     assert error and "$GROWLM_MIRROR" in error
+
+
+def test_corpus_mirror_reaches_the_download_job_and_reruns_nothing(workflow_dir, monkeypatch):
+    """config/online.yaml names the bundled books as downloads under their own names: the bundled folder is
+    its mirror. Set in the config, the mirror reaches the job (one Snakemake run, one job, no network), and
+    leaving it out afterwards plans no job: where a checked file came from is not what a job read."""
+    monkeypatch.delenv(sources.MIRROR_ENV, raising=False)
+    target = "results/online/downloads/pg18735_little_red_hen.txt"
+    run_snakemake(workflow_dir, "--cores", "1", "--configfile", "config/config.yaml", "config/online.yaml",
+                  "--config", "corpus={mirror: workflow/resources/corpus}", "--", target)
+    assert (workflow_dir / target).read_bytes() == (BOOKS / "pg18735_little_red_hen.txt").read_bytes()
+    logged = (workflow_dir / "results/online/logs/download_source/pg18735_little_red_hen.log").read_text()
+    assert "8844 bytes from the mirror" in logged and "workflow/resources/corpus" in logged
+    error, jobs = plan(workflow_dir, configfiles=["config/online.yaml"], targets=[target])
+    assert error is None and jobs == [], (error, jobs)
 
 
 @pytest.mark.skipif(not os.environ.get(sources.MIRROR_ENV), reason="the books are not here: set "
