@@ -115,7 +115,8 @@ def test_the_overlay_builds_the_same_token_files_from_urls_and_from_a_mirror(tmp
     monkeypatch.delenv(sources.MIRROR_ENV, raising=False)
     from_urls = _build(books, tmp_path / "urls")
     stop()  # no URL answers now: what the second build reads comes from the mirror
-    with pytest.raises(GrowlmError, match=f"'{books[0]['name']}': download of"):
+    with pytest.raises(GrowlmError, match=f"'{books[0]['name']}': download of .*GROWLM_MIRROR to a folder holding "
+                                          f"{books[0]['name']}.txt"):
         corpus_jobs.download_source(books[0], tmp_path / "nowhere" / "x.txt")
     monkeypatch.setenv(sources.MIRROR_ENV, str(mirror))
     from_mirror = _build(books, tmp_path / "mirrored")

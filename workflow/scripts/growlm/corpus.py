@@ -80,9 +80,11 @@ def download_source(url: str, dest: Path, sha256: str | None, name: str, *, mirr
                     out.write(chunk)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", None) or err
-            missing = f" (not in the mirror {mirror}: no {local.name})" if local is not None else ""
-            what = f"reading {origin}" if origin != url else f"download of {url}{missing}"
-            raise GrowlmError(f"corpus source {name!r}: {what} failed: {reason}") from None
+            if origin != url:
+                raise GrowlmError(f"corpus source {name!r}: reading {origin} failed: {reason}") from None
+            hint = (f"; the mirror {mirror} has no {local.name}" if local is not None else
+                    f"; without a network, set corpus.mirror or $GROWLM_MIRROR to a folder holding {name}.txt")
+            raise GrowlmError(f"corpus source {name!r}: download of {url} failed: {reason}{hint}") from None
         actual = digest.hexdigest()
         if sha256 is None:
             warnings.warn(
