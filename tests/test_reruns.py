@@ -76,6 +76,7 @@ TABLE = {
     "corpus.min_words": ("corpus: {min_words: 4}", {"prepare_source"}, set()),
     "corpus.max_words": ("corpus: {max_words: 50}", {"prepare_source"}, set()),
     "corpus.threads": ("corpus: {threads: 1}", set(), set()),  # how fast, not what
+    "corpus.mirror": ("corpus: {mirror: .}", set(), set()),  # where a checked download comes from, not what
     "corpus.sources": ("corpus: {sources: [{name: pg14642_mcguffey_eclectic_primer, level: 0, bundled: "
                        "pg14642_mcguffey_eclectic_primer.txt}, {name: pg68545_aldine_second_reader, level: 1, "
                        "bundled: pg68545_aldine_second_reader.txt}]}", {"build_level"}, set()),

@@ -27,6 +27,7 @@ from growlm import hints, outputs  # noqa: E402
 from growlm.config_values import config_tag_problems  # noqa: E402
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import arm_levels, level_names  # noqa: E402
+from growlm.sources import MIRROR_ENV  # noqa: E402
 from growlm.methods import SINGLE_MEMBER, method_id, needs_single_member_control  # noqa: E402
 from growlm.tasks import task_specs  # noqa: E402
 from growlm.validate import check_config, nodes_problem  # noqa: E402
@@ -104,6 +105,10 @@ except GrowlmError as err:
     raise WorkflowError(f"config error: {err}")
 if MAIN_PROCESS and nodes_problem(config, EXECUTOR):  # jobs across nodes need SLURM
     raise WorkflowError(f"config error: {nodes_problem(config, EXECUTOR)}")
+# corpus.mirror: the folder downloads are read from, passed to the jobs through their environment (never a
+# rule's params: where a checked download comes from changes nothing it computes, so it reruns nothing)
+if config["corpus"]["mirror"]:
+    os.environ[MIRROR_ENV] = os.path.abspath(config["corpus"]["mirror"])
 
 # the experiment's folder: results/ for the default experiment, results/<experiment>/ for any other
 EXPERIMENT = config["experiment"]

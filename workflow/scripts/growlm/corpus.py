@@ -51,34 +51,47 @@ def read_source(path: str | Path) -> str:
         raise GrowlmError(f"corpus source file {path} is not UTF-8 text (byte {err.start})") from None
 
 
-def download_source(url: str, dest: Path, sha256: str | None, name: str) -> Path:
+def download_source(url: str, dest: Path, sha256: str | None, name: str, *, mirror: Path | None = None) -> Path:
     """Download `url` to `dest` and check its SHA-256; return `dest`.
+
+    With a `mirror` folder that holds `<name>.txt` (the layout of a run's own downloads/ folder), that
+    file is copied instead of the URL fetched, and checked against the same sha256: a machine without a
+    network builds the very corpus a download builds, and a wrong or damaged file is refused as a wrong
+    download is. A source the mirror lacks is downloaded.
 
     The data goes to a temporary file next to `dest` first and is renamed into place only
     after the checksum matched, so `dest` is either complete and verified or absent.
     `sha256=None` means "not checked": a warning gives the actual sum to put in the config.
     """
     dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    local = Path(mirror) / f"{name}.txt" if mirror is not None else None
+    origin = str(local) if local is not None and local.is_file() else url
     digest = hashlib.sha256()
     with atomic_path(dest) as tmp:  # renamed onto dest only if the block ends without an error
         try:
-            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            with open(tmp, "wb") as out, (open(local, "rb") if origin != url  # noqa: SIM115 (closed by with)
+                                          else urllib.request.urlopen(url, timeout=60)) as response:
                 while chunk := response.read(1 << 16):
                     digest.update(chunk)
                     out.write(chunk)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", None) or err
-            raise GrowlmError(f"corpus source {name!r}: download of {url} failed: {reason}") from None
+            if origin != url:
+                raise GrowlmError(f"corpus source {name!r}: reading {origin} failed: {reason}") from None
+            hint = (f"; the mirror {mirror} has no {local.name}" if local is not None else
+                    f"; without a network, set corpus.mirror or $GROWLM_MIRROR to a folder holding {name}.txt")
+            raise GrowlmError(f"corpus source {name!r}: download of {url} failed: {reason}{hint}") from None
         actual = digest.hexdigest()
         if sha256 is None:
             warnings.warn(
                 f"corpus source {name!r}: checksum not checked (sha256 is null); "
-                f"the downloaded file's sha256 is {actual}",
+                f"the sha256 of {origin} is {actual}",
                 stacklevel=2,
             )
         elif actual != sha256.strip().lower():
             raise GrowlmError(
-                f"corpus source {name!r}: checksum mismatch for {url}: "
+                f"corpus source {name!r}: checksum mismatch for {origin}: "
                 f"expected sha256 {sha256.strip().lower()}, got {actual}"
             )
     return dest
@@ -228,7 +241,8 @@ def clean_gutenberg(text: str) -> list[str]:
     Removes the PG header/footer (if present), bracket blocks ([Illustration...],
     [Script: ...], [Transcriber's Note...]), front matter (preface, introduction,
     contents, suggestions to teachers...), appendices (vocabulary, word lists, phonetic
-    tables: dropped to the end of the book), lesson headings, word lists and phonics keys,
+    tables: dropped to the end of the book, once some prose was kept: before it, such a heading is
+    a row of the contents list), lesson headings, word lists and phonics keys,
     page numbers, all-caps headings, lines with no lowercase letter, ``_ * ~`` markup and
     publishers' advertisements. Hard-wrapped lines are re-joined into one line per
     paragraph; Unicode is NFKC-normalised, quotes are straight and ``--`` becomes an em
@@ -241,7 +255,7 @@ def clean_gutenberg(text: str) -> list[str]:
     for lines in _paragraph_blocks(text):
         if _is_heading(lines):
             heading = re.sub(r"\s+", " ", lines[0]).strip(" .:")
-            if _END_SECTION.fullmatch(heading):
+            if _END_SECTION.fullmatch(heading) and paragraphs:  # before any prose: a contents list's row
                 break
             skipping = bool(_SKIP_SECTION.fullmatch(heading))
             continue
@@ -428,6 +442,16 @@ def flesch_kincaid_grade(sentences: list[str]) -> float:
     hyphenation dictionary (what textstat 0.7.3 did; newer textstat downloads cmudict at run time)."""
     words = [w for s in sentences for w in _FK_WORD.findall(s)]
     return grade(len(sentences), len(words), sum(map(_word_syllables, words)))
+
+
+def reading_grade(document: str, settings: dict) -> float:
+    """The Flesch-Kincaid grade (`grade`) of the sentences a document contributes to the corpus: its
+    source's cleaner and `min_words`/`max_words` (`settings`, growlm.sources.settings_of), cut into
+    sentences whatever the source's `sentences` says, so that a book's grade is the one a level of
+    that book alone reports (`level_statistics`). How growlm ranks books by difficulty: the overlay
+    config/children-large.yaml puts a book on its easy level by this grade (docs/corpus.md)."""
+    counted = counted_units(document, {**settings, "sentences": True})
+    return grade(len(counted), sum(c[1] for _, c in counted), sum(c[2] for _, c in counted))
 
 
 def level_statistics(sentences: list[str]) -> dict:

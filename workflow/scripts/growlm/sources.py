@@ -55,6 +55,20 @@ _BATCH_ROWS = 4096  # rows of data (a row may be a whole book)
 _LINE_BATCH = 8192  # lines of a plain-text file (fewer than one of datasets' 10 MB reads holds)
 
 
+MIRROR_ENV = "GROWLM_MIRROR"  # a folder holding downloads already (the Snakefile sets it from corpus.mirror)
+
+
+def mirror_folder(setting: str | Path | None = None) -> Path | None:
+    """The mirror downloads are looked up in: `setting` (the config's `corpus.mirror`), else
+    $GROWLM_MIRROR, else None. A mirror that is not a folder is refused, naming where it was set."""
+    where, value = ("corpus.mirror", setting) if setting else (f"${MIRROR_ENV}", os.environ.get(MIRROR_ENV))
+    if not value:
+        return None
+    if not Path(value).is_dir():
+        raise GrowlmError(f"{where} = {value}: no such folder (the mirror holds each download as <source name>.txt)")
+    return Path(value)
+
+
 def kind(source: dict) -> str:
     """"bundled", "url", "path" or "hf": where the source's text lives."""
     for key in ("bundled", "url", "path", "hf"):

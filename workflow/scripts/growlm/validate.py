@@ -53,7 +53,7 @@ from growlm.outputs import name_problems
 from growlm.plugins import declare
 from growlm.shape import ModelShape
 from growlm.sizing import shard_problems, timing_problems
-from growlm.sources import kind as sources_kind, local_files
+from growlm.sources import kind as sources_kind, local_files, mirror_folder
 from growlm.train_config import TrainConfig
 
 # ----------------------------------------------------------------------------------------------
@@ -260,6 +260,11 @@ def _corpus_problems(config: dict, resolve_source: Callable[[dict], Path | str |
             out.append(f"members.data = clusters: {k} clusters of whole books (members.shards = {k}) need at least {k} "
                        f"sources at the members' levels ({', '.join(arms['members'])}), which have {len(books)}; "
                        f"lower members.shards or use data: shards")
+    if any(sources_kind(s) == "url" for s in sources):
+        try:  # corpus.mirror, else $GROWLM_MIRROR: a folder, or nothing
+            mirror_folder(config["corpus"]["mirror"])
+        except GrowlmError as err:
+            out.append(str(err))
     names = [s["name"] for s in sources]
     for name in sorted({n for n in names if names.count(n) > 1}):
         out.append(f"corpus.sources: the name {name!r} is used {names.count(name)} times; names must be unique")
