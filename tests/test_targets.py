@@ -54,9 +54,10 @@ STAGES = {
 
 @pytest.fixture(scope="module")
 def tokens_made(tiny_run, tmp_path_factory):
-    """The finished tiny run less its models: corpus, tokenizer and token files made (the checkpoint
-    encode_split's outputs present), every model to train."""
-    wd = copy_run(tiny_run, tmp_path_factory.mktemp("targets") / "wf", tiny=("models", "checkpoints"))
+    """The finished tiny run less its models and evaluations: corpus, tokenizer and token files made (the
+    checkpoint encode_split's outputs present), every model to train and evaluate. (A comparison left in place
+    would be done: Snakemake reruns no job for an input that is missing when its outputs are there.)"""
+    wd = copy_run(tiny_run, tmp_path_factory.mktemp("targets") / "wf", tiny=("models", "checkpoints", "eval"))
     (wd / "trunk.yaml").write_text(TRUNK)
     (wd / "wsd.yaml").write_text(WSD)
     return wd
