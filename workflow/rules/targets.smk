@@ -44,8 +44,8 @@ def request_until_outputs():
     once the branches have read them, and asking for them would train a finished M_0 again. A job that runs
     keeps them all the same (Snakemake deletes no temporary output of a target job), for the run that goes
     on from there. It changes nothing without `--until`."""
-    set_until_jobs = DAG.set_until_jobs
-    if getattr(set_until_jobs, "growlm_requests_outputs", False):  # the Snakefile parsed again in this process
+    set_until_jobs = getattr(DAG, "set_until_jobs", None)  # Snakemake's, pinned in pyproject.toml
+    if set_until_jobs is None or getattr(set_until_jobs, "growlm_requests_outputs", False):  # parsed again here
         return
 
     def set_until_jobs_and_request_their_outputs(self):
