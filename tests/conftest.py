@@ -182,10 +182,10 @@ def workflow_dir(tmp_path: Path) -> Path:
 
 
 def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
-         force: bool = False) -> tuple[str | None, list[tuple[str, list[str]]]]:
+         force: bool = False, until=()) -> tuple[str | None, list[tuple[str, list[str]]]]:
     """The workflow parsed and planned in this process through Snakemake's API, as `snakemake -n --config
-    *config --configfile config/config.yaml *configfiles [--force -- *targets]` plans it (`--config` values
-    read by the command line's own snakemake.cli.parse_config; the folder's profiles/default's rerun triggers
+    *config --configfile config/config.yaml *configfiles [--force] [--until *until] [-- *targets]` plans it
+    (`--config` values read by the command line's own snakemake.cli.parse_config; the folder's profiles/default's rerun triggers
     and checksum size, so a folder with results plans what the command line plans there; the Snakefile reads
     that command line as sys.argv, as growlm's checks of a forced target do; the environment variables it sets
     for its jobs are undone after): (the error the parse raised, or None; the rule and outputs of each job
@@ -208,11 +208,12 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
 
     files = [workflow_dir / "config" / "config.yaml", *(Path(workflow_dir, f) for f in configfiles)]
     profile = yaml.safe_load((Path(workflow_dir, "profiles", "default", "config.yaml")).read_text())
-    dag_settings = DAGSettings(targets=set(targets), forcetargets=force,
+    dag_settings = DAGSettings(targets=set(targets), forcetargets=force, until=frozenset(until),
                                rerun_triggers=RerunTrigger.parse_choices_set(profile["rerun-triggers"]),
                                max_checksum_file_size=parse_size_in_bytes(profile["max-checksum-file-size"]))
     argv = ["snakemake", "-n", "--cores", "1", *(["--configfile", *map(str, configfiles)] if configfiles else []),
             *(["--config", *config] if config else []), *(["--force"] if force else []),
+            *(["--until", *until] if until else []),
             *(["--", *targets] if tuple(targets) != ("all",) else [])]  # `all`: no target named
     saved_argv, sys.argv, saved_env = sys.argv, argv, dict(os.environ)
     try:
@@ -233,9 +234,9 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
 
 
 
-def planned_counts(workflow_dir: Path, *config: str, configfiles=(), targets=("all",)) -> Counter:
+def planned_counts(workflow_dir: Path, *config: str, configfiles=(), targets=("all",), until=()) -> Counter:
     """{rule: number of jobs} that `plan` finds to run (asserting the workflow parsed without an error)."""
-    error, jobs = plan(workflow_dir, *config, configfiles=configfiles, targets=targets)
+    error, jobs = plan(workflow_dir, *config, configfiles=configfiles, targets=targets, until=until)
     assert error is None, error
     return Counter(rule for rule, _ in jobs)
 
