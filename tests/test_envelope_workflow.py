@@ -5,6 +5,7 @@ them; the states go once read, and a finished run has nothing left to do. Withou
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -77,10 +78,19 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
     wd, _ = wsd_run
     results = wd / "results" / "tiny"
     row = pd.read_csv(results / "eval" / "comparison.csv").iloc[0]
-    assert row["envelope_runs"] == "3+3"
-    # M_1's envelope is never above its first crossing (the ratios also differ in their divisor: M_0's
-    # envelope FLOPs to its final loss, tests/test_compare.py)
-    assert row["m1_envelope_flops"] <= row["cost_ratio"] * row["m0_flops"] * (1 + 1e-12)
+    assert row["envelope_runs"] == "3+3" and row["envelope_joined"] == "hull"  # three ends: too few to fit
+    # M_0's envelope of finished runs reaches its own final loss no later than its own run does
+    assert row["m0_envelope_flops"] <= row["m0_flops"] * (1 + 1e-12)
+    # the multiplier: M_0's three finished runs fitted; one seed gives no interval, and no saving is stated
+    assert row["m0_points"] == 3 and row["m1_seeds"] == 1 and row["multiplier_free"] > 0
+    assert math.isnan(row["multiplier_low"]) and row["seed_multiplier"] == pytest.approx(row["multiplier"])
+    assert 0 < row["m0_final_val_loss_se"] < 0.1 and 0 < row["m1_final_val_loss_se"] < 0.1
+    curves = pd.read_csv(results / "eval" / "curves.csv")
+    for arm in ("M_0 (scratch)", "M_1 (msg)"):
+        runs = curves[curves["arm"] == arm]
+        assert sorted(runs["run"].unique()) == ["branch 0.35", "branch 0.7", "full"]
+        ends = runs[runs["is_end"]]
+        assert len(ends) == 3 and ends["val_loss_se"].gt(0).all()  # each run's end, with its standard error
     cooldowns = sum(json.loads(f.read_text())["cooldown_flops"]
                     for f in (results / "models").rglob("branch.json"))
     assert row["cooldown_flops"] == pytest.approx(cooldowns)
@@ -88,7 +98,8 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
     savings = pd.read_csv(results / "eval" / "savings.csv")
     assert len(savings) and set(savings["method"]) == {"msg"}
     summary = (results / "report" / "summary.rst").read_text()
-    assert "By envelope (the lowest loss any run of each arm reached at each FLOPs" in summary
+    assert "By envelope (each arm's finished runs" in summary
+    assert "no measurable saving: effective compute multiplier" in summary and "no interval" in summary
     assert 'id="growlm-savings"' in summary and (results / "report" / "savings.svg").stat().st_size > 1000
     assert "passes over its training text" in summary
 
