@@ -418,3 +418,14 @@ def test_the_last_evaluation_reads_the_final_tokens_with_its_standard_error(tmp_
 def test_a_negative_final_eval_tokens_is_named():
     with pytest.raises(GrowlmError, match="final_eval_tokens must be 0 .the whole validation split. or a number"):
         cfg(final_eval_tokens=-1).validate()
+
+
+def test_a_last_evaluation_like_the_others_keeps_the_settings_of_before():
+    """final_eval_tokens equal to eval_tokens is what growlm computed before there was the key: the run's
+    settings (a rule's params, the checkpoint's identity) leave it out, as they were, and read back the same;
+    any other value is in them."""
+    same = cfg(final_eval_tokens=1024)
+    assert "final_eval_tokens" not in same.run_settings()
+    assert TrainConfig.from_dict(same.run_settings()) == same.with_(inputs=None)
+    assert cfg().run_settings()["final_eval_tokens"] == 0
+    assert TrainConfig.from_dict(cfg().run_settings()).final_eval_tokens == 0
