@@ -89,6 +89,9 @@ def test_a_branch_at_the_decay_start_is_the_full_run_to_the_last_bit(tmp_path):
     _, short = _train(branch, tmp_path / "short", start_from=kept / "branch_35", start_cfg=full)
     led = pd.read_csv(tmp_path / "short" / "ledger.csv")
     assert int(led["step"].iloc[-1]) == branch.steps and short["steps"] == branch.steps
+    # its end is a run's end: evaluated on the whole validation split (every whole window), the rows before on 512
+    evals = led[led["kind"] == "eval"]
+    assert list(evals["val_tokens"]) == [512] * (len(evals) - 1) + [(learnable_tokens(128).size - 1) // 16 * 16]
     before = led[led["step"] <= early]
     assert before[cols].equals(led_full[led_full["step"] <= early][cols].reset_index(drop=True))
     assert led["lr"].iloc[-1] == pytest.approx(branch.lr_at(branch.steps - 1))

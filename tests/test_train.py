@@ -358,6 +358,21 @@ def test_mean_and_se_refuses_what_has_no_answer():
         mean_and_se([1.0, 2.0], [3])
     with pytest.raises(GrowlmError, match="must be positive"):
         mean_and_se([1.0, 2.0], [3, 0])
+    with pytest.raises(GrowlmError, match="block must be a number of windows"):
+        mean_and_se([1.0, 2.0], [3, 3], block=0)
+
+
+def test_blocks_of_consecutive_windows_are_their_sums():
+    """`block=b` takes b consecutive windows as one block (the last one shorter): the same as summing them first."""
+    from growlm.loss import mean_and_se
+
+    rng = np.random.default_rng(3)
+    sums, counts = rng.normal(50, 5, 23), rng.integers(10, 20, 23).astype(float)
+    blocked = [(sums[i:i + 4].sum(), counts[i:i + 4].sum()) for i in range(0, 23, 4)]
+    expect = mean_and_se([b[0] for b in blocked], [b[1] for b in blocked])
+    assert mean_and_se(sums, counts, block=4) == pytest.approx(expect, rel=1e-12)
+    assert mean_and_se(sums, counts, block=1) == mean_and_se(sums, counts)
+    assert math.isnan(mean_and_se(sums, counts, block=23)[1])
 
 
 def _window_losses(model, data, n_win):
@@ -403,3 +418,14 @@ def test_the_last_evaluation_reads_the_final_tokens_with_its_standard_error(tmp_
 def test_a_negative_final_eval_tokens_is_named():
     with pytest.raises(GrowlmError, match="final_eval_tokens must be 0 .the whole validation split. or a number"):
         cfg(final_eval_tokens=-1).validate()
+
+
+def test_a_last_evaluation_like_the_others_keeps_the_settings_of_before():
+    """final_eval_tokens equal to eval_tokens is what growlm computed before there was the key: the run's
+    settings (a rule's params, the checkpoint's identity) leave it out, as they were, and read back the same;
+    any other value is in them."""
+    same = cfg(final_eval_tokens=1024)
+    assert "final_eval_tokens" not in same.run_settings()
+    assert TrainConfig.from_dict(same.run_settings()) == same.with_(inputs=None)
+    assert cfg().run_settings()["final_eval_tokens"] == 0
+    assert TrainConfig.from_dict(cfg().run_settings()).final_eval_tokens == 0

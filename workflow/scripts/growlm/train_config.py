@@ -246,9 +246,13 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict, **overrides) -> "TrainConfig":
-        """From `to_dict`'s output (unknown keys are an error naming them); `overrides` win."""
+        """From `to_dict`'s output (unknown keys are an error naming them); `overrides` win. Settings without
+        `final_eval_tokens` (`run_settings` leaves it out where it is `eval_tokens`, and growlm wrote none before
+        there was the key) end as their other evaluations do, on `eval_tokens`."""
         known = {f.name for f in fields(cls)}
         data = {**data, **overrides}
+        if "final_eval_tokens" not in data and "eval_tokens" in data:
+            data["final_eval_tokens"] = data["eval_tokens"]
         unknown = sorted(set(data) - known)
         if unknown:
             raise GrowlmError(f"unknown training settings {unknown}; known: {sorted(known)}")
@@ -270,8 +274,11 @@ class TrainConfig:
         """The settings that make a run what it is (a rule's params; with `inputs`, the checkpoint's
         identity). A cosine run does not read the schedule's keys, so they are left out: its params and
         checkpoints are those of a run made before there was a choice of schedule, and a change of a
-        wsd-only key reruns nothing that does not read it."""
-        skip = {*self.HOW_FIELDS, "inputs", *(("schedule", *WSD_FIELDS) if self.schedule == "cosine" else ())}
+        wsd-only key reruns nothing that does not read it. So is `final_eval_tokens` where it is `eval_tokens`
+        (a run's last evaluation like the others, as growlm evaluated before there was the key): an experiment
+        finished before then keeps its models with `train.final_eval_tokens` set to `train.eval_tokens`."""
+        skip = {*self.HOW_FIELDS, "inputs", *(("schedule", *WSD_FIELDS) if self.schedule == "cosine" else ()),
+                *(("final_eval_tokens",) if self.final_eval_tokens == self.eval_tokens else ())}
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def with_(self, **changes) -> "TrainConfig":
