@@ -75,10 +75,10 @@ def points_from_comparison(comparison: pd.DataFrame) -> pd.DataFrame:
     df = comparison.copy()
     df["params"] = df["budget"].astype(float) / df["tokens_per_param"].astype(float)
     df["tokens_per_param"] = _budgets(df["tokens_per_param"])
-    df = df.rename(columns={v: k for k, v in (("multiplier", MEASURES["counted"]),
-                                             ("multiplier_free", MEASURES["free"]))})
-    columns = [*POINT_KEYS, "d1", "L1", "params", "tokens_per_param", "seed", "multiplier", "multiplier_free"]
-    return df[columns].drop_duplicates(subset=[*POINT_KEYS, "d1", "L1", "tokens_per_param", "seed"]).reset_index(
+    # each seed's own multipliers (the arm's pooled ones, `multiplier` in comparison.csv, are not the trend's points)
+    df = df[[*POINT_KEYS, "d1", "L1", "params", "tokens_per_param", "seed", *MEASURES.values()]].rename(
+        columns={MEASURES["counted"]: "multiplier", MEASURES["free"]: "multiplier_free"})
+    return df.drop_duplicates(subset=[*POINT_KEYS, "d1", "L1", "tokens_per_param", "seed"]).reset_index(
         drop=True)
 
 

@@ -31,7 +31,8 @@ a t quantile the interval:
 The prediction interval (`low`, `high`) is for what a new size N* will *measure*, the thing a run checks: the line's
 value at N* plus a new size's own seed noise, the pooled within-size variance of log m over the k* seeds it will run
 (`seeds`, by default the measured sizes' median), whose pooled variance is itself a sum of the sizes' variances, so
-that Welch-Satterthwaite's degrees of freedom count each size once.
+that Welch-Satterthwaite's degrees of freedom count each size once; it is never narrower than the line's (the
+added part's degrees of freedom can lower the t quantile by more than its variance widens the sum).
 
 Measured on synthetic ladders (tests/test_trend.py's: log m on a straight line in log N, seed spread 0.05 in log m,
 N* ten times past the largest of sizes 0.34M, 1.1M and 3.7M): with 3 sizes of 3 seeds the prediction interval held
@@ -185,6 +186,9 @@ class Trend:
             raise GrowlmError(f"predict: seeds {seeds} must be at least 1")
         centre, low, high = self._reading([params], k)
         _, line_low, line_high = self._reading([params])
+        # a measurement varies more than the line it scatters about: where the added part's many degrees of freedom
+        # lower the t quantile enough to narrow the sum (Welch-Satterthwaite's), the line's interval stands
+        low, high = np.minimum(low, line_low), np.maximum(high, line_high)
         return Prediction(params=float(params), multiplier=float(np.exp(centre[0])), low=float(np.exp(low[0])),
                           high=float(np.exp(high[0])), line_low=float(np.exp(line_low[0])),
                           line_high=float(np.exp(line_high[0])), seeds=k, smallest=min(self.sizes),
