@@ -196,3 +196,82 @@ def test_the_command_names_a_bad_file_in_one_line_and_refuses_unknown_arguments(
     # the bench script is the same command
     run = subprocess.run([sys.executable, str(REPO / "bench" / "predict.py"), "--help"], capture_output=True, text=True)
     assert run.returncode == 0 and "--tokens-per-param" in run.stdout and "curves.csv" in run.stdout
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the report's first page and the config's `predict`
+# ------------------------------------------------------------------------------------------------------------------
+
+def two_size_comparison(path, rng):
+    """comparison.csv rows of msg at d1 = 32 and 64 (8 tokens per parameter), 3 seeds each, with each seed's
+    multipliers, as growlm.compare writes them."""
+    rows = []
+    for d1, m in ((32, 1.1), (64, 1.3)):
+        n = nonembedding_params(d1, 2)
+        for seed in range(3):
+            value = m * math.exp(rng.normal(0, 0.03))
+            rows.append({"d0": d1 // 2, "L0": 1, "d1": d1, "L1": 2, "n": 1, "method": "msg", "seed": seed,
+                         "budget": int(8 * n), "arm": "grown from n members", "members_used": 1, "reached": True,
+                         "m0_final_val_loss": 4.0, "m1_final_val_loss": 3.95, "cost_ratio": 0.9,
+                         "cost_ratio_small_free": 0.85, "members_cost": "counted", "tokens_per_param": 8.0,
+                         "tokens_per_param_total": 4.0, "multiplier": m, "multiplier_low": m - 0.1,
+                         "multiplier_high": m + 0.1, "multiplier_free": m + 0.1, "multiplier_free_low": m,
+                         "multiplier_free_high": m + 0.2, "saving": "saving", "m1_seeds": 3, "extrapolated": False,
+                         "extrapolation_factor": 1.0, "seed_multiplier": value, "seed_multiplier_free": value * 1.1})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return pd.DataFrame(rows)
+
+
+def test_the_first_page_gives_the_trend_and_its_prediction_with_two_sizes(tmp_path):
+    """A two-size comparison: the first page gains the trend's figure (the measured points, the band, the prediction)
+    and a sentence with the prediction at the configured size, labelled as an extrapolation with its interval and its
+    reach; one size, or no `predict`, says no prediction."""
+    from growlm.report.figures import trend_plot
+    from growlm.report.summary import trend_sentences, write_summary
+
+    df = two_size_comparison(tmp_path / "c.csv", np.random.default_rng(0))
+    predict = {"params": 124e6, "tokens_per_param": 20}
+    assert trend_plot(tmp_path / "c.csv", tmp_path / "trend.svg", predict)
+    svg = (tmp_path / "trend.svg").read_text()
+    assert "8 tokens per non-embedding parameter" in svg and "prediction at 1.24e+08 parameters" in svg
+    (tmp_path / "d.rst").write_text("The workflow.\n")
+    write_summary(tmp_path / "c.csv", tmp_path / "d.rst", tmp_path / "s.rst", trend_svg=tmp_path / "trend.svg",
+                  predict=predict)
+    page = (tmp_path / "s.rst").read_text()
+    assert 'id="growlm-trend"' in page
+    points = points_from_comparison(df)
+    t = fit_trend(points)
+    p = t.predict(124e6)
+    largest = nonembedding_params(64, 2)
+    want = (f"At 124M non-embedding parameters and 20 tokens per parameter (no size was measured at 20 tokens per "
+            f"parameter: the trend at 8) it predicts a multiplier of {p.multiplier:.2f} (95% prediction interval "
+            f"{p.low:.2f}-{p.high:.2f} for a measurement over 3 seeds; the trend itself {p.line_low:.2f}-"
+            f"{p.line_high:.2f}): an extrapolation {124e6 / largest:.3g} times past the largest measured size "
+            f"({largest / 1e3:.3g}k non-embedding parameters)")
+    assert want in page, page
+    assert f"**msg** (n = 1, members counted): " in page and f"goes as N^{t.slope:.2f}" in page
+    assert "with two sizes nothing checks that the trend is a straight line" in page
+    # without predict: the trend, no prediction
+    assert not any("predicts" in s for s in trend_sentences(df)) and trend_sentences(df)
+    # one size: no trend, no figure
+    one = df[df["d1"] == 32]
+    one.to_csv(tmp_path / "one.csv", index=False)
+    assert trend_sentences(one, predict) == []
+    assert not trend_plot(tmp_path / "one.csv", tmp_path / "none.svg", predict)
+    assert (tmp_path / "none.svg").read_text() == ""
+
+
+def test_a_config_with_predict_plans_and_a_bad_value_is_refused_in_one_line(tmp_path):
+    from conftest import TINY, copy_workflow, plan
+
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "ok.yaml").write_text("predict: {params: 124e6, tokens_per_param: 20}\n")
+    error, jobs = plan(wd, configfiles=(TINY, "ok.yaml"))
+    assert error is None and any(rule == "report_figures" for rule, _ in jobs), error
+    cases = {"predict: {params: -1, tokens_per_param: 20}": "predict.params = -1",
+             "predict: {params: 1e8}": "'tokens_per_param' is a required property",
+             "predict: {params: 1e8, tokens_per_param: 20, seeds: 3}": "predict.seeds: unknown key"}
+    for i, (overlay, line) in enumerate(cases.items()):
+        (wd / f"c{i}.yaml").write_text(overlay + "\n")
+        error, _ = plan(wd, configfiles=(TINY, f"c{i}.yaml"))
+        assert error is not None and line in error and "\n" not in error.strip(), error

@@ -14,9 +14,10 @@ from growlm.report.figures import (
     savings_plot,
     scaling_plot,
     tasks_plot,
+    trend_plot,
 )
 from growlm.report.summary import (budget_sentences, mode_sentences, summary_sentences, task_sentences,
-                                   write_summary)
+                                   trend_sentences, write_summary)
 from growlm.report.tables import (
     COMPARISON_COLUMNS,
     comparison_html,
