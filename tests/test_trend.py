@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 from growlm.errors import GrowlmError
 from growlm.predict import comparison_from_curves, main, nonembedding_params, points_from_comparison
-from growlm.trend import fit_trend
+from growlm.trend import fit_trend, times
 
 SIZES = (0.34e6, 1.1e6, 3.7e6)
 A, B, SD = 0.05, 0.1, 0.05  # log m = A + B log(N / 1M), seeds spread SD in log m
@@ -165,7 +165,7 @@ def test_the_command_prints_the_trend_and_the_prediction_from_curves_files(tmp_p
     assert counted["reach"] == pytest.approx(124e6 / nonembedding_params(96, 2))
     assert "msg (n = 1), 8 tokens per parameter, members counted: log m = a + 0.2" in text
     assert "(no size was measured at 20 tokens per parameter: the trend at 8)" in text
-    assert f"an extrapolation {124e6 / nonembedding_params(96, 2):.3g} times past the largest measured size" in text
+    assert f"an extrapolation {times(124e6 / nonembedding_params(96, 2))} times past the largest measured size" in text
     assert "two sizes: no check of the line" in text
 
 
@@ -246,10 +246,10 @@ def test_the_first_page_gives_the_trend_and_its_prediction_with_two_sizes(tmp_pa
     want = (f"At 124M non-embedding parameters and 20 tokens per parameter (no size was measured at 20 tokens per "
             f"parameter: the trend at 8) it predicts a multiplier of {p.multiplier:.2f} (95% prediction interval "
             f"{p.low:.2f}-{p.high:.2f} for a measurement over 3 seeds; the trend itself {p.line_low:.2f}-"
-            f"{p.line_high:.2f}): an extrapolation {124e6 / largest:.3g} times past the largest measured size "
+            f"{p.line_high:.2f}): an extrapolation {times(124e6 / largest)} times past the largest measured size "
             f"({largest / 1e3:.3g}k non-embedding parameters)")
     assert want in page, page
-    assert f"**msg** (n = 1, members counted): " in page and f"goes as N^{t.slope:.2f}" in page
+    assert "**msg** (n = 1, members counted): " in page and f"goes as N^{t.slope:.2f}" in page
     assert "with two sizes nothing checks that the trend is a straight line" in page
     # without predict: the trend, no prediction
     assert not any("predicts" in s for s in trend_sentences(df)) and trend_sentences(df)

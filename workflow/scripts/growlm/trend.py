@@ -100,10 +100,10 @@ class Prediction:
     def label(self) -> str:
         """Where N* lies against the measured sizes, in words."""
         if self.params > self.largest:
-            return (f"an extrapolation {self.reach:.3g} times past the largest measured size "
+            return (f"an extrapolation {times(self.reach)} times past the largest measured size "
                     f"({fmt_params(self.largest)} non-embedding parameters)")
         if self.params < self.smallest:
-            return (f"an extrapolation {self.smallest / self.params:.3g} times below the smallest measured size "
+            return (f"an extrapolation {times(self.smallest / self.params)} times below the smallest measured size "
                     f"({fmt_params(self.smallest)})")
         return f"an interpolation between the measured sizes ({fmt_params(self.smallest)}-{fmt_params(self.largest)})"
 
@@ -261,6 +261,11 @@ def fit_trend(points: pd.DataFrame, *, column: str = "multiplier", n_boot: int =
     half = float(stats.t.ppf(0.5 + level / 2, slope_df)) * math.sqrt(total)
     trend.slope_low, trend.slope_high = float(b - half), float(b + half)
     return trend
+
+
+def times(x: float) -> str:
+    """A factor in words' digits: 33.5, 1,240."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def fmt_params(n: float) -> str:

@@ -413,6 +413,8 @@ def trend_plot(comparison_csv, out_svg, predict: dict | None = None) -> bool:
             ax.axhline(1.0, color="grey", ls="--", lw=1)
             ax.set_xscale("log")
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))  # 1.5, not 1.5 x 10^0
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             ax.set_xlabel("non-embedding parameters")
             ax.set_ylabel("effective compute multiplier")
             ax.set_title(f"{budget:g} tokens per non-embedding parameter")
