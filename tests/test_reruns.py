@@ -136,6 +136,9 @@ TABLE = {
     # its cooldowns at 1 and 1.5 are jobs more
     "baseline.extend": ("{train: {large: {schedule: wsd}}, baseline: {extend: 2}}",
                         {"train_baseline", "refine", "profile", "compare"}, {"cooldown_baseline", "cooldown_refine"}),
+    # read by the report's first page alone (the trend's prediction)
+    "predict.params": ("predict: {params: 1.0e+8, tokens_per_param: 20}", {"report_figures"}, set()),
+    "predict.tokens_per_param": ("predict: {params: 1.0e+6, tokens_per_param: 8}", {"report_figures"}, set()),
     "train.min_lr_ratio": ("train: {min_lr_ratio: 0.2}", {*TRAINING, "grow", "profile"}, set()),
     "train.weight_decay": ("train: {weight_decay: 0.05}", {*TRAINING, "grow", "profile"}, set()),
     "train.grad_clip": ("train: {grad_clip: 0.5}", {*TRAINING, "grow", "profile"}, set()),

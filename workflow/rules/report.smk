@@ -33,6 +33,7 @@ rule report_figures:
         summary=res("report/summary.rst"),
         answer=res("report/answer.svg"),  # the first page's figure, inside summary.rst too
         savings=res("report/savings.svg"),  # beside it: the saving at each loss (empty without envelopes)
+        trend=res("report/trend.svg"),  # the multiplier's trend over sizes (empty with fewer than two sizes)
         loss=report(
             res("report/loss_vs_flops.svg"),
             caption="../report/loss_vs_flops.rst",
@@ -59,6 +60,8 @@ rule report_figures:
         res("benchmarks/report_figures.tsv")
     conda:
         "../envs/growlm.yaml"
+    params:
+        predict=config["predict"],  # the size and budget the first page's trend is read at (none: no prediction)
     script:
         "../scripts/report_figures.py"
 

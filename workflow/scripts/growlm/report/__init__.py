@@ -14,9 +14,10 @@ from growlm.report.figures import (
     savings_plot,
     scaling_plot,
     tasks_plot,
+    trend_plot,
 )
 from growlm.report.summary import (budget_sentences, mode_sentences, summary_sentences, task_sentences,
-                                   write_summary)
+                                   trend_sentences, write_summary)
 from growlm.report.tables import (
     COMPARISON_COLUMNS,
     comparison_html,
@@ -39,11 +40,11 @@ __all__ = [
     "corpus_stats_table",
     "cost_ratio_plot",
     "loss_vs_flops_figure",
-    "savings_plot",
     "loss_vs_flops_plot",
     "mode_sentences",
     "plans_html",
     "profile_html",
+    "savings_plot",
     "scaling_plot",
     "summary_sentences",
     "task_failures",
@@ -52,5 +53,7 @@ __all__ = [
     "tasks_html",
     "tasks_plot",
     "test_level",
+    "trend_plot",
+    "trend_sentences",
     "write_summary",
 ]

@@ -11,9 +11,12 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from growlm.errors import GrowlmError  # noqa: E402
+from growlm.predict import fit_trends, nearest_budget, points_from_comparison  # noqa: E402
 from growlm.report.tables import test_level  # noqa: E402
 
 def full_runs(curves: pd.DataFrame) -> pd.DataFrame:
@@ -360,3 +363,70 @@ def tasks_plot(table: pd.DataFrame, out_svg) -> None:
     fig.tight_layout()
     fig.savefig(out_svg)
     plt.close(fig)
+
+
+def trend_plot(comparison_csv, out_svg, predict: dict | None = None) -> bool:
+    """The first page's figure of the multiplier's trend over sizes (growlm.trend): the multiplier against
+    non-embedding parameters, log-log, a panel per budget (tokens per parameter), per arm its seeds' multipliers
+    (members counted; free where their cost is unknown), the fitted line and its 95% band, and with `predict`
+    ({params, tokens_per_param}) the prediction at its size with its interval. Writes nothing and returns False
+    where no arm has two sizes with multipliers."""
+    try:
+        points = points_from_comparison(pd.read_csv(comparison_csv))
+    except GrowlmError:  # a comparison without multipliers (a growlm older than them): no trend to draw
+        points = None
+    trends = [(k, t) for k, t in fit_trends(points, n_boot=500) if t.ok] if points is not None and len(points) else []
+    counted = {(k["method"], k["n"], k["tokens_per_param"]) for k, _ in trends if k["measure"] == "counted"}
+    shown = [(k, t) for k, t in trends if k["measure"] == "counted" or
+             (k["method"], k["n"], k["tokens_per_param"]) not in counted]
+    if not shown:
+        Path(out_svg).write_text("")
+        return False
+    budgets = sorted({k["tokens_per_param"] for k, _ in shown})
+    target = nearest_budget(budgets, predict["tokens_per_param"]) if predict else None
+    sns.set_theme(style="whitegrid", context="paper")
+    with plt.rc_context({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9,
+                         "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.fontsize": 8}):
+        fig, axes = plt.subplots(len(budgets), 1, figsize=(FIRST_PAGE_INCHES, 3.8 * len(budgets)), squeeze=False)
+        for ax, budget in zip(axes.flat, budgets):
+            mine = [(k, t) for k, t in shown if k["tokens_per_param"] == budget]
+            colours = sns.color_palette("colorblind", len(mine))
+            for colour, (k, t) in zip(colours, mine):
+                column = "multiplier" if k["measure"] == "counted" else "multiplier_free"
+                pts = points[(points["method"] == k["method"]) & (points["n"] == k["n"])
+                             & (points["tokens_per_param"] == budget)]
+                low_n, high_n = min(t.sizes) / 1.5, max(t.sizes) * 1.5
+                star = predict["params"] if predict and budget == target else None
+                if star:
+                    low_n, high_n = min(low_n, star / 1.5), max(high_n, star * 1.5)
+                grid = np.geomspace(low_n, high_n, 60)
+                band_low, band_high = t.band(grid)
+                label = f"{k['method']} (n = {k['n']}{', members free' if k['measure'] == 'free' else ''}): " \
+                        f"m ~ N^{t.slope:.2f}"
+                ax.fill_between(grid, band_low, band_high, color=colour, alpha=0.2, lw=0)
+                ax.plot(grid, t.multiplier_at(grid), color=colour, lw=1.4, label=label)
+                ax.plot(pts["params"], pts[column], ls="", marker="o", ms=4, color=colour, mec="white", mew=0.5)
+                if star:
+                    p = t.predict(float(star))
+                    ax.errorbar([p.params], [p.multiplier], yerr=[[p.multiplier - p.low], [p.high - p.multiplier]],
+                                color=colour, marker="D", ms=5, capsize=3, lw=1.2)
+            ax.axhline(1.0, color="grey", ls="--", lw=1)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))  # 1.5, not 1.5 x 10^0
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.set_xlabel("non-embedding parameters")
+            ax.set_ylabel("effective compute multiplier")
+            ax.set_title(f"{budget:g} tokens per non-embedding parameter")
+            handles, labels = ax.get_legend_handles_labels()
+            extra = [plt.Line2D([], [], color="grey", ls="", marker="o", ms=4)]
+            names = ["a seed's multiplier at a measured size"]
+            if predict and budget == target:
+                extra.append(plt.Line2D([], [], color="grey", marker="D", ms=5))
+                names.append(f"prediction at {predict['params']:.3g} parameters (95% interval)")
+            ax.legend(handles + extra, labels + names, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1,
+                      frameon=False)
+        fig.tight_layout()
+        fig.savefig(out_svg, bbox_inches="tight")
+    plt.close(fig)
+    return True

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from growlm.errors import GrowlmError
 from growlm.modes import NOT_RECORDED, experiment_mode
+from growlm.predict import BUDGET_TOLERANCE, fit_trends, nearest_budget, points_from_comparison
+from growlm.trend import fmt_params
 from growlm.report.tables import task_failures, task_score_columns, test_level
 
 def _ratio(mean: float, std: float, seeds: int) -> str:
@@ -317,6 +320,62 @@ def summary_sentences(comparison_csv, tasks_csv=None) -> list[str]:
     return out
 
 
+def trend_sentences(df: pd.DataFrame, predict: dict | None = None) -> list[str]:
+    """With two or more sizes (d1) whose arms have multipliers: per budget, each arm's trend over sizes
+    (growlm.trend: log m = a + b log N, the slope's 95% interval; a change with size stated only where that interval
+    excludes 0) and, with `predict` ({params, tokens_per_param}), what it predicts there, labelled as an
+    extrapolation with its interval and how far past the largest measured size it reaches."""
+    try:
+        points = points_from_comparison(df)
+    except GrowlmError:  # a comparison without multipliers: no trend
+        return []
+    if points["params"].nunique() < 2:
+        return []
+    trends = [(k, t) for k, t in fit_trends(points) if t.ok]
+    counted = {(k["method"], k["n"], k["tokens_per_param"]) for k, _ in trends if k["measure"] == "counted"}
+    trends = [(k, t) for k, t in trends if k["measure"] == "counted" or
+              (k["method"], k["n"], k["tokens_per_param"]) not in counted]
+    if not trends:
+        return []
+    target = nearest_budget([k["tokens_per_param"] for k, _ in trends], predict["tokens_per_param"]) if predict else None
+    out = []
+    for budget in sorted({k["tokens_per_param"] for k, _ in trends}):
+        parts = []
+        for k, t in [(k, t) for k, t in trends if k["tokens_per_param"] == budget]:
+            way = ("the saving grows with size" if t.slope_low > 0 else "the saving shrinks with size"
+                   if t.slope_high < 0 else "no measurable change with size")
+            free = ", members free (their cost is not known)" if k["measure"] == "free" else ", members counted"
+            seeds = "/".join(map(str, t.seeds))
+            check = (f"; the size means scatter {t.scatter:.2f} times what their seeds explain" if t.scatter == t.scatter
+                     else "; with two sizes nothing checks that the trend is a straight line")
+            text = (f"**{k['method']}** (n = {k['n']}{free}): {way}: the multiplier goes as N^{t.slope:.2f} (95% "
+                    f"interval of the exponent {t.slope_low:.2f} to {t.slope_high:.2f}) over {len(t.sizes)} sizes of "
+                    f"{fmt_params(min(t.sizes))} to {fmt_params(max(t.sizes))} non-embedding parameters ({seeds} seeds)"
+                    f"{check}")
+            if predict and budget == target:
+                p = t.predict(float(predict["params"]))
+                asked = float(predict["tokens_per_param"])
+                other = "" if budget / BUDGET_TOLERANCE <= asked <= budget * BUDGET_TOLERANCE else (
+                    f" (no size was measured at {asked:g} tokens per parameter: the trend at {budget:g})")
+                text += (f". At {fmt_params(p.params)} non-embedding parameters and {asked:g} tokens per parameter"
+                         f"{other} it predicts a multiplier of {p.multiplier:.2f} (95% prediction interval "
+                         f"{p.low:.2f}-{p.high:.2f} for a measurement over {p.seeds} seeds; the trend itself "
+                         f"{p.line_low:.2f}-{p.line_high:.2f}): {p.label}, which assumes the trend stays a straight "
+                         f"line in log-log that far")
+            parts.append(text + ".")
+        out.append(f"The multiplier's trend over sizes at {budget:g} tokens per non-embedding parameter (log m = a + "
+                   f"b log N fitted over every seed of every size, its interval from a bootstrap over seeds):")
+        out += parts
+    return out
+
+
+TREND_CAPTION = ("The effective compute multiplier against non-embedding parameters, log-log, a panel per budget: each "
+                 "seed's multiplier at the measured sizes (dots), the fitted trend log m = a + b log N (line) and its "
+                 "95% band from a bootstrap over seeds, and the prediction at the configured size with its 95% "
+                 "prediction interval (diamond; past the largest measured size, an extrapolation). Above the dashed "
+                 "line at 1, growing saved compute.")
+
+
 FIGURE_CAPTION = ("Validation loss against cumulative training FLOPs, means over the seeds: each arm's curve starts "
                   "where its members' and growth's FLOPs put it (dotted from 0), the dashed line is M_0's final loss, "
                   "and a cross marks where an arm first reaches it, at the cost ratio its legend gives.")
@@ -348,16 +407,20 @@ def figure_html(svg_file, caption: str = FIGURE_CAPTION, figure_id: str = "growl
 
 
 def write_summary(comparison_csv, description_rst, out_rst, tasks_csv=None, figure_svg=None,
-                  savings_svg=None) -> None:
+                  savings_svg=None, trend_svg=None, predict: dict | None = None) -> None:
     """The report's first page (reST): the figure (`figure_svg`: `answer_plot`'s) and beside it, where the arms
-    have envelopes, the saving at each loss (`savings_svg`: `savings_plot`'s), the answer, then the workflow's
-    description."""
+    have envelopes, the saving at each loss (`savings_svg`: `savings_plot`'s), the answer; with two or more sizes,
+    the multiplier's trend over sizes (`trend_svg`: `trend_plot`'s, and `trend_sentences` with the prediction at
+    `predict`, the config's); then the workflow's description."""
     lines = ["growlm: does growing pay?", "=" * 25, ""]
     if figure_svg is not None:
         lines += figure_html(figure_svg)
     if savings_svg is not None and Path(savings_svg).is_file() and Path(savings_svg).stat().st_size:
         lines += figure_html(savings_svg, SAVINGS_CAPTION, "growlm-savings")
-    for sentence in summary_sentences(comparison_csv, tasks_csv):
+    trend = trend_sentences(pd.read_csv(comparison_csv), predict)
+    if trend and trend_svg is not None and Path(trend_svg).is_file() and Path(trend_svg).stat().st_size:
+        lines += figure_html(trend_svg, TREND_CAPTION, "growlm-trend")
+    for sentence in [*summary_sentences(comparison_csv, tasks_csv), *trend]:
         prefix = "" if sentence.startswith(("M_0 (", "The ", "**The ")) else "* "
         lines += [prefix + sentence, ""]
     lines += ["Effective compute multiplier: M_0's finished runs (the ends of its full runs and cooldown branches, "
