@@ -187,12 +187,12 @@ def plan(workflow_dir: Path, *config: str, configfiles=(), targets=("all",),
     *config --configfile config/config.yaml *configfiles [--force] [--until *until] [-- *targets]` plans it
     (`--config` values read by the command line's own snakemake.cli.parse_config; the folder's profiles/default's rerun triggers
     and checksum size, so a folder with results plans what the command line plans there; the Snakefile reads
-    that command line as sys.argv, as growlm's checks of a forced target do; the environment variables it sets
-    for its jobs are undone after): (the error the parse raised, or None; the rule and outputs of each job
-    that needs to run, none for a finished run). About a tenth of a Snakemake start. Not for what needs the
-    command line or the executor (a YAML tag in --config, jobs across nodes, the local executor's GROWLM_GPUS
-    check: under the API the Snakefile knows no executor) or what the terminal shows: those are real
-    `snakemake -n` runs."""
+    that command line as sys.argv, as growlm's checks of a forced target do, and its executor from it, the
+    local one (growlm.launch.snakemake_executor: the machine's GROWLM_GPUS check and GPU count apply as in
+    `snakemake -n`); the environment variables it sets for its jobs are undone after): (the error the parse
+    raised, or None; the rule and outputs of each job that needs to run, none for a finished run). About a
+    tenth of a Snakemake start. Not for what needs the command line itself (a YAML tag in --config, jobs
+    across nodes through a SLURM profile) or what the terminal shows: those are real `snakemake -n` runs."""
     import yaml
     from snakemake.api import SnakemakeApi
     from snakemake.cli import parse_config, parse_size_in_bytes

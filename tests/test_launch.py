@@ -107,6 +107,51 @@ def test_set_resources_outside_slurm_stop_the_dry_run(workflow_dir, setting, sai
     assert proc.returncode != 0 and f"resources error: {said}" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("argv, executor", [
+    (["snakemake", "-n", "--cores", "1"], "local"),
+    (["/venv/lib/python3.11/site-packages/snakemake/__main__.py", "-n", "--executor", "slurm"], "slurm"),
+    (["snakemake", "-n", "--profile", "profiles/slurm"], "slurm"),  # the profile's executor, as the run applies it
+    (["pytest", "-x", "tests"], None),  # another program running Snakemake through its Python API
+])
+def test_the_executor_is_read_from_snakemakes_own_command_line(argv, executor, monkeypatch):
+    """While the Snakefile is read Snakemake has chosen no executor yet: growlm reads it from the command line
+    with Snakemake's own parser (its profiles applied), not from Snakemake's stack frames."""
+    monkeypatch.chdir(REPO)  # the run's working folder, where its profiles are found
+    assert launch.snakemake_executor(None, argv) == executor
+
+
+def test_the_executor_snakemake_runs_the_jobs_with_comes_first_and_a_dry_runs_stand_in_does_not():
+    from types import SimpleNamespace
+
+    def workflow(name):
+        return SimpleNamespace(executor_plugin=SimpleNamespace(name=name))
+
+    assert launch.snakemake_executor(workflow("slurm"), ["pytest"]) == "slurm"
+    assert launch.snakemake_executor(workflow("dryrun"), ["pytest"]) is None  # -n names no executor of its own
+    assert launch.snakemake_executor(SimpleNamespace(executor_plugin=None), ["pytest"]) is None
+
+
+def test_a_plan_through_snakemakes_api_checks_this_machines_gpus_as_the_command_line_does(workflow_dir, monkeypatch):
+    """plan() runs the Snakefile through Snakemake's Python API with the command line it plans for: the local
+    executor's check of the machine's GPUs (and its GPU count) runs there too, as in `snakemake -n`
+    (tests/test_gpus.py runs that command); it was skipped when the executor came from the stack."""
+    from conftest import plan
+
+    monkeypatch.setenv(gpus.POOL_ENV, "0,0")
+    error, _ = plan(workflow_dir, configfiles=(TINY,))
+    assert error is not None and "config error: GROWLM_GPUS=0,0 names GPU 0 more than once" in error, error
+
+
+@pytest.mark.parametrize("how", [["-n"], ["--touch"], ["-n", "--executor", "local"]])
+def test_the_command_lines_local_executor_is_known_while_the_snakefile_is_read(workflow_dir, monkeypatch, how):
+    """`snakemake -n`, `snakemake --touch` (Snakemake's stand-in executors) and an explicit local executor: the
+    Snakefile knows the local executor and checks the machine's GPUs before any job."""
+    monkeypatch.setenv(gpus.POOL_ENV, "0,0")
+    proc = run_snakemake(workflow_dir, *how, "--cores", "1", "--configfile", str(TINY), check=False)
+    assert proc.returncode != 0
+    assert "config error: GROWLM_GPUS=0,0 names GPU 0 more than once" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
 def test_a_local_run_tells_its_jobs_who_places_their_gpus_and_whose_death_stops_them():
     local = launch.run_environment("local", True)
     assert local == {gpus.PLACED_ENV: "growlm", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

@@ -23,7 +23,7 @@ from growlm.errors import export_library  # noqa: E402
 
 export_library(Path(RULES_DIR).parent / "scripts")
 
-from growlm import hints, outputs  # noqa: E402
+from growlm import hints, launch, outputs  # noqa: E402
 from growlm.config_values import config_tag_problems  # noqa: E402
 from growlm.errors import GrowlmError  # noqa: E402
 from growlm.experiment import arm_levels, level_names  # noqa: E402
@@ -39,20 +39,9 @@ MAIN_PROCESS = not hints.is_job_step(sys.argv)  # not one job's step (a SLURM jo
 DRY_RUN = "dryrun" in COMMAND["given"]
 
 
-def snakemake_executor():
-    """The executor this run uses ("local", "slurm", ...; a dry run names the one it plans for), or None
-    when Snakemake runs through its Python API. Snakemake chooses it only after it has parsed this file,
-    so it is read from the command line Snakemake is working on (its profiles applied), in the frame of
-    snakemake.cli.args_to_api."""
-    frame = sys._getframe()
-    while frame is not None:
-        if frame.f_code.co_name == "args_to_api" and hasattr(frame.f_locals.get("args"), "executor"):
-            return frame.f_locals["args"].executor or "local"
-        frame = frame.f_back
-    return None
-
-
-EXECUTOR = snakemake_executor()
+# the executor that runs the jobs ("local", "slurm", ...), or None when Snakemake runs through its Python API
+# from another program: growlm.launch.snakemake_executor
+EXECUTOR = launch.snakemake_executor(workflow, sys.argv)
 
 
 def shipped(rel):

@@ -206,6 +206,43 @@ def run_options(gpus_asked: int, nodes: int, cpus_per_task: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
+PSEUDO_EXECUTORS = ("dryrun", "touch")  # Snakemake's stand-ins for -n and --touch, not who runs the jobs
+
+
+def is_snakemake_command(argv: list[str]) -> bool:
+    """Whether `argv` is Snakemake's own command line (`snakemake ...`, `python -m snakemake ...`), not another
+    program that runs Snakemake through its Python API."""
+    first = Path(argv[0]) if argv else Path()
+    return first.name == "snakemake" or (first.name == "__main__.py" and first.parent.name == "snakemake")
+
+
+def snakemake_executor(workflow, argv: list[str]) -> str | None:
+    """The executor that runs this workflow's jobs ("local", "slurm", ...; a dry run or --touch names the one
+    it plans for), or None when it is not known.
+
+    Snakemake reads the Snakefile before it chooses the executor (`workflow.executor_plugin` is set by
+    `Workflow.execute`, after the parse), and a dry run then holds its stand-in ("dryrun"), not the executor
+    the run plans for. So, in this order: the executor Snakemake runs the jobs with, once it is set and is
+    not a stand-in; else the command line Snakemake was started with (`argv`), parsed by Snakemake's own
+    `snakemake.cli.parse_args`, its profiles applied as the run applies them (`--profile profiles/slurm`
+    gives "slurm"; no --executor is "local"), read from the folder the Snakefile is read in, which is the
+    run's working folder; else (a program running Snakemake through its Python API, while the Snakefile
+    is read) None. What Snakemake prints of its profiles while it parses is not printed again."""
+    plugin = getattr(workflow, "executor_plugin", None)
+    if plugin is not None and plugin.name not in PSEUDO_EXECUTORS:
+        return plugin.name
+    if not is_snakemake_command(argv):
+        return None
+    from snakemake.cli import parse_args  # here, not at the top: growlm's jobs import this module too
+
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        try:
+            _parser, args = parse_args(list(argv[1:]))
+        except (Exception, SystemExit):  # Snakemake itself says what is wrong with its command line
+            return None
+    return args.executor or "local"
+
+
 def run_environment(executor: str | None, main_process: bool) -> dict:
     """What the Snakefile puts into the environment its jobs inherit: who places their GPUs (growlm in a
     local run, inside a SLURM allocation too; the scheduler for a job a cluster executor submitted),
