@@ -152,6 +152,27 @@ def test_the_command_lines_local_executor_is_known_while_the_snakefile_is_read(w
     assert "config error: GROWLM_GPUS=0,0 names GPU 0 more than once" in proc.stdout + proc.stderr, proc.stdout[-2000:]
 
 
+def test_a_job_across_nodes_runs_in_an_allocation_of_as_many_nodes(monkeypatch):
+    """runner.run_job asks growlm.launch for its allocation before any work: none on one node, and one line
+    when SLURM gave the job other nodes than its resources say."""
+    assert launch.job_allocation(1) is None
+    alloc = launch.Allocation("42", ["n1", "n2"], ["10.0.0.1", "10.0.0.2"])
+    monkeypatch.setattr(launch, "slurm_allocation", lambda: alloc)
+    assert launch.job_allocation(2) is alloc
+    with pytest.raises(GrowlmError, match=r"resources.nodes = 3, but SLURM job 42 has 2 node\(s\) \(n1, n2\)"):
+        launch.job_allocation(3)
+
+
+def test_a_world_of_one_meets_on_loopback_at_a_port_free_now():
+    import socket
+
+    alone = launch.world_of_one()
+    assert {k: v for k, v in alone.items() if k != "MASTER_PORT"} == {
+        "MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    with socket.socket() as s:  # free: this process can bind it
+        s.bind(("127.0.0.1", int(alone["MASTER_PORT"])))
+
+
 def test_a_local_run_tells_its_jobs_who_places_their_gpus_and_whose_death_stops_them():
     local = launch.run_environment("local", True)
     assert local == {gpus.PLACED_ENV: "growlm", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from growlm.errors import GrowlmError
 from growlm.families import family_of
-from growlm.launch import free_port, interfaces
+from growlm.launch import interfaces, world_of_one
 from growlm.model import save_model
 
 
@@ -37,9 +37,9 @@ def init_process_group(device: str | None = None) -> tuple[int, int, str]:
         device = f"cuda:{local_rank}"
     if not dist.is_initialized():
         if "RANK" not in os.environ:  # a world of one (FSDP2 offload on a single GPU, tests)
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_port("127.0.0.1")))
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+            alone = world_of_one()  # growlm.launch says where a process group meets
+            os.environ.update({k: os.environ.get(k, v) for k, v in alone.items() if k.startswith("MASTER_")})
+            os.environ.update({k: v for k, v in alone.items() if not k.startswith("MASTER_")})
         dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=30))
     return dist.get_rank(), dist.get_world_size(), device
 

@@ -366,6 +366,19 @@ def slurm_allocation(job_id: str | None = None) -> Allocation:
     return Allocation(job_id, nodes, addresses)
 
 
+def job_allocation(nodes: int) -> Allocation | None:
+    """The SLURM allocation a job across `nodes` > 1 nodes runs in (None for a job on one node), asked for
+    before any work: outside SLURM, or with another number of nodes than the job's resources say, one line
+    saying so."""
+    if nodes <= 1:
+        return None
+    alloc = slurm_allocation()
+    if len(alloc.nodes) != nodes:
+        raise GrowlmError(f"resources.nodes = {nodes}, but SLURM job {alloc.job_id} has {len(alloc.nodes)} node(s) "
+                          f"({', '.join(alloc.nodes)})")
+    return alloc
+
+
 def _loopback(address: str) -> bool:
     """Whether `address` is loopback for whoever resolves it: a loopback IP or `localhost` (a host name is
     not: what it resolves to on this node says nothing of what the other nodes reach)."""
@@ -382,6 +395,14 @@ def free_port(host: str = "") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def world_of_one() -> dict:
+    """torch.distributed's environment for a process group of this process alone (FSDP2 with offload on one
+    device, tests): a rendezvous on this machine's loopback at a free port, rank 0 of 1. The caller keeps a
+    MASTER_ADDR and MASTER_PORT already set."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1")), "RANK": "0", "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0"}
 
 
 def rendezvous_endpoint(alloc: Allocation, port: int | None = None) -> str:

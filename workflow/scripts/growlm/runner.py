@@ -39,7 +39,7 @@ from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, ranks_where, save_full_model, wrap_model
 from growlm.errors import GrowlmError, digest, read_json
-from growlm.launch import run_across_nodes, run_here, slurm_allocation, standalone_command
+from growlm.launch import job_allocation, run_across_nodes, run_here, standalone_command
 from growlm.growth import load_grown, load_plugins
 from growlm.memory.estimate import Plan, apply_plan, next_smaller, read_plan, write_plan
 from growlm.memory.measure import make_plan
@@ -345,10 +345,7 @@ def run_job(job: TrainingJob, *, nproc: int = 1, nodes: int = 1, cpus_per_task: 
     job.cfg.inputs = identify_inputs(job)
     shape = job.shape(model)
     world = nproc * nodes
-    alloc = slurm_allocation() if nodes > 1 else None  # before any work: outside SLURM, one line saying so
-    if alloc is not None and len(alloc.nodes) != nodes:
-        raise GrowlmError(f"resources.nodes = {nodes}, but SLURM job {alloc.job_id} has {len(alloc.nodes)} node(s) "
-                          f"({', '.join(alloc.nodes)})")
+    alloc = job_allocation(nodes)  # before any work: outside SLURM, or other nodes than asked, one line saying so
     limit_gpu_memory(job.cfg.device, job.gpu_share)
     _, plan_path = job_plan(shape, job.cfg, ckpt, n_devices=world, memory_limit_gb=job.memory_limit_gb,
                             gpu_share=job.gpu_share, log=log)
