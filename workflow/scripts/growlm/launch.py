@@ -9,7 +9,12 @@ training jobs and the runner ask here.
   first job and in a dry run too.
 - **Its devices** (`job_devices`): a job of a local run claims its own GPUs on this machine
   (`growlm.gpus`), also inside a SLURM allocation; a job a cluster executor submitted has the ones the
-  scheduler gave it. `run_environment` is what the Snakefile exports to the run's jobs for that.
+  scheduler gave it. `run_environment` is what the Snakefile exports to the run's jobs for that, from
+  Snakemake's executor (`snakemake_executor`: Snakemake's own parse of its command line, profiles applied,
+  while the Snakefile is read; the executor it runs the jobs with once that is set).
+- **Its nodes and ports**: the SLURM allocation of a job across nodes (`job_allocation`), its rendezvous
+  endpoint (`rendezvous_endpoint`, `free_port`), and the loopback rendezvous of a process group of one
+  (`world_of_one`).
 - **Its processes** (`growlm.processes.run_processes`): one (the job's own), torchrun on this machine
   (`standalone_command`), or one torchrun agent per node of its SLURM allocation (`node_command`). Both
   launches go through `growlm.node_agent`, which names itself to its workers so that they stop with it.
