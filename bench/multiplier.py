@@ -83,8 +83,9 @@ def point_ids(points) -> list[str]:
 
 
 def targets(model: str, points) -> list[str]:
-    """A large model's ledger and its cooldown branches' records."""
-    return [f"{model}/ledger.csv", *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
+    """A large model's ledger, its test metrics and its cooldown branches' records."""
+    return [f"{model}/ledger.csv", model.replace("models/", "eval/", 1) + "/metrics.json",
+            *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
 
 
 def m0_model(budget: int, seed: int) -> str:
@@ -136,7 +137,9 @@ def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[di
     rows, curves, ends = [], [], []
     for seed in seeds:
         m0, m1 = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
-        if not (m1 / "ledger.csv").is_file() or not (m0 / "ledger.csv").is_file():
+        wanted = [base / t for t in targets(m0_model(budget, seed), M0_POINTS)]
+        wanted += [folder / t for t in targets(m1_model(arm, budget, seed), REFINE_POINTS)]
+        if not all(f.is_file() for f in wanted):  # a seed not finished (every run and evaluation) is left out
             continue
         combo = {"d0": arm["d0"], "L0": arm["L0"], "d1": SIZES["d1"], "L1": SIZES["L1"], "n": arm["n"],
                  "method": arm["method"], "seed": seed, "budget": budget, "lr": optim(ARM_LR, WD)}

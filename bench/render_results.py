@@ -45,14 +45,14 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the package `rendering`
 from rendering.core import (  # noqa: E402  the registry, formatting and parameter counts
-    BLOCKS, Block, COMMAND, DATA, README_PAGE, REPO, RESULTS_PAGE, _merged, arm, block, f3, load, m0_params,
-    millions, pm, render_block, source_path, table, tok, tpp)
+    BLOCKS, Block, COMMAND, DATA, README_PAGE, REPO, RESULTS_PAGE, arm, block, f3, load, pm, render_block, source_path, table,
+    tok, tpp)
 from rendering import (  # noqa: E402,F401  (each registers its section's blocks)
-    answer, budgets, combine, families, gpu, modes, per_parameter, readings, recipes, savings, scaling, schedules,
-    throughput, times)
+    answer, budgets, combine, families, gpu, modes, multiplier, per_parameter, readings, recipes, savings, scaling,
+    schedules, throughput, times)
 from rendering.answer import HEADLINE_SOURCES, headline_line  # noqa: E402
 
-REEXPORTED = (Block, DATA, arm, source_path)  # read by tests/test_results_rendered.py through this module
+REEXPORTED = (Block, DATA, README_PAGE, arm, source_path)  # read by tests/test_results_rendered.py through this module
 
 # ---------------------------------------------------------------------------------------------
 # section 15: the cost by envelope (bench/envelope.py)
@@ -101,52 +101,6 @@ def envelope_tuning(tuning) -> str:
         rows.append([tok(r["budget"]), f"{r['weight_decay']:g}", int(r["seed"]), f3(r["final_val_loss"]),
                      *(f3(r[f"branch_{p}_loss"]) for p in ("20", "35", "50", "70"))])
     return table(header, rows)
-
-
-@block("envelope-answer", RESULTS_PAGE, "envelope_table.csv")
-def envelope_answer(df) -> str:
-    parts = []
-    for budget in _envelope_budgets(df):
-        at = df[df["budget"] == budget]
-        if len(at) < 3:  # a point of two arms (the large models over both levels' text), not the grid
-            continue
-        msg = at[at["arm"] == "msg"].iloc[0]
-        best = _best_lever(df, budget)
-        parts.append(f"at {tpp(msg['tokens_per_param'])} tokens per non-embedding parameter ({tok(budget)} tokens, "
-                     f"{msg['m0_passes']:.1f} passes) `msg` costs {pm(msg['envelope_ratio'], msg['envelope_ratio_std'])} "
-                     f"of M_0's FLOPs by envelope with the member counted ({int(msg['seeds'])} seed"
-                     f"{'s' if int(msg['seeds']) != 1 else ''}), the best lever ({best['arm']}) "
-                     f"{pm(best['envelope_ratio'], best['envelope_ratio_std'])}")
-    return ("**By envelope** (section 15: the loss a budget buys read off runs whose schedule ended there, "
-            "against M_0 with its weight decay tuned), " + "; ".join(parts) + ".")
-
-
-@block("readme-envelope", README_PAGE, "envelope_table.csv", "config/config.yaml", "bench/envelope.yaml")
-def readme_envelope(df, default, env_cfg) -> str:
-    params = m0_params(_merged(default, env_cfg))
-    longest = _envelope_budgets(df)[0]
-    best = _best_lever(df, longest)
-    msg = df[(df["budget"] == longest) & (df["arm"] == "msg")].iloc[0]
-    ratio = best["envelope_ratio"]
-    def says(r: float) -> str:
-        return "pays" if r < 0.9 else "hardly pays" if r < 1 else "does not pay"
-
-    verdict = says(ratio)
-    others = [b for b in _envelope_budgets(df) if b != longest and (df["budget"] == b).sum() >= 3]
-    shorter = max(others, key=lambda b: (df["budget"] == b).sum()) if others else None  # the full grid, not a point
-    short = ""
-    if shorter is not None:
-        lever = _best_lever(df, shorter)
-        short = (f"; at {tpp(lever['tokens_per_param'])} ({tok(shorter)} tokens) it {says(lever['envelope_ratio'])}: {lever['arm']} "
-                 f"{pm(lever['envelope_ratio'], lever['envelope_ratio_std'])} ({int(lever['seeds'])} seeds)")
-    return (f"**Measured as scaling studies measure it**, with the loss a budget buys read off runs whose schedule "
-            f"ended there (cooldown branches under warmup-stable-decay) and M_0's weight decay tuned, growing "
-            f"{verdict} at a realistic budget on this scale: at {tpp(msg['tokens_per_param'])} training tokens per "
-            f"non-embedding parameter (M_0 of {millions(params[1])} parameters, {tok(longest)} tokens, "
-            f"{msg['m0_passes']:.1f} passes over its text) `msg` costs "
-            f"{pm(msg['envelope_ratio'], msg['envelope_ratio_std'])} of M_0's FLOPs with the small model counted, "
-            f"and the best of the levers tried ({best['arm']}) {pm(best['envelope_ratio'], best['envelope_ratio_std'])}"
-            f"{short} ([RESULTS 15](bench/RESULTS.md#15-cost-by-envelope-at-8-and-32-tokens-per-parameter-cpu-2-cores)).")
 
 
 # ---------------------------------------------------------------------------------------------

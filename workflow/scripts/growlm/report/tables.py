@@ -85,8 +85,8 @@ COMPARISON_COLUMNS = {
     "cost_ratio": "cost ratio within one schedule (small counted)",
     "cost_ratio_small_free": "cost ratio within one schedule (small models free)",
     "m0_final_val_loss": "M_0 final val loss", "m1_final_val_loss": "M_1 final val loss",
-    "m0_final_val_loss_se": "its standard error (M_0)", "m1_final_val_loss_se": "its standard error (M_1)",
     "loss_gap_equal_flops": "loss gap at equal total FLOPs",
+    "m0_final_val_loss_se": "M_0 final val loss's standard error", "m1_final_val_loss_se": "M_1 final val loss's standard error",
     "seed": "seed", "d0": "d0", "L0": "L0", "d1": "d1", "L1": "L1", "n": "n", "members_used": "members used",
     "budget": "budget (tokens)", "m0_lr": "M_0 peak lr", "m1_lr": "M_1 peak lr",
     "tokens_per_param": "tokens per non-embedding parameter of M_0", "tokens_per_param_total": "tokens per parameter of M_0",
@@ -108,9 +108,16 @@ COMPARISON_COLUMNS = {
 }
 
 
+# the multiplier's columns, left out of the table where M_0 has too few finished runs to fit (one run per arm)
+MULTIPLIER_VIEW = ("multiplier", "multiplier_low", "multiplier_high", "saving", "multiplier_free", "extrapolated",
+                   "extrapolation_factor", "seed_multiplier")
+
+
 def comparison_html(comparison_csv, out_html, lr_sweep_csv=None) -> None:
     df = pd.read_csv(comparison_csv)
     cols = [c for c in COMPARISON_COLUMNS if c in df.columns] + task_score_columns(df)
+    if "multiplier_free" in df and df["multiplier_free"].isna().all():  # no fit of M_0's finished runs: no columns
+        cols = [c for c in cols if c not in MULTIPLIER_VIEW]
     view = df[cols].astype(object)
     for col in ("multiplier", "multiplier_low", "multiplier_high", "multiplier_free", "seed_multiplier",
                 "m0_final_val_loss_se", "m1_final_val_loss_se", "extrapolation_factor"):
