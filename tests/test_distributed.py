@@ -208,7 +208,8 @@ def test_a_job_across_nodes_starts_one_agent_per_node_with_srun():
     assert cmd[:cmd.index("py")] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                                      "--jobid=42", "--cpus-per-task=16", "--gres=gpu:4"]
     assert cmd[cmd.index("py"):] == ["py", "-m", "growlm.node_agent", "--nnodes", "2", "--nproc-per-node", "4",
-                                     "--endpoint", "10.0.0.1:29400", "--rdzv-id", "growlm-42", "ck/job.json"]
+                                     "--endpoint", "10.0.0.1:29400", "--rdzv-id", "growlm-42", "--srun-task",
+                                     "ck/job.json"]
     assert rendezvous_endpoint(alloc, 29400) == "10.0.0.1:29400"
     with pytest.raises(GrowlmError, match="a loopback address"):  # each node would wait in a world of its own
         rendezvous_endpoint(Allocation("42", ["n1", "n2"], ["localhost", "10.0.0.2"]), 29400)

@@ -55,7 +55,10 @@ at a c10d rendezvous on the first node:
   `--max-restarts=0` end the whole job when one process fails, so the retried job resumes from its last
   checkpoint instead of half a world waiting in a collective;
 - the environment goes with the tasks (srun's `--export=ALL`), the network interface variables
-  included (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME).
+  included (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); each agent (`--srun-task`) drops what names a process
+  or a descriptor of the launching node ($GROWLM_PARENT_PID, the GPU locks' descriptors): on its node that is
+  another process or file, and an agent that watched it would stop at once. SLURM ends the step's tasks with
+  the step.
 
 Rank 0 may be on any node: everything it writes is in the working folder, which the nodes share.
 Torch-free (the Snakefile imports it).
@@ -433,8 +436,11 @@ def node_command(alloc: Allocation, *, nproc_per_node: int, cpus_per_task: int, 
     if gpus_per_node > 0:
         srun.append(f"--gres=gpu:{gpus_per_node}")
     taken = ["--port-taken", str(port_taken)] if port_taken else []
+    # --srun-task: the environment goes with the tasks, but what names a process or a descriptor of this node means
+    # nothing on another (growlm.node_agent)
     return [*srun, python or sys.executable, "-m", "growlm.node_agent", "--nnodes", str(n), "--nproc-per-node",
-            str(nproc_per_node), "--endpoint", endpoint, "--rdzv-id", f"growlm-{alloc.job_id}", *taken, str(job_file)]
+            str(nproc_per_node), "--endpoint", endpoint, "--rdzv-id", f"growlm-{alloc.job_id}", *taken, "--srun-task",
+            str(job_file)]
 
 
 def run_across_nodes(alloc: Allocation, *, job_file, work_dir, log=print, tries: int = RENDEZVOUS_TRIES,

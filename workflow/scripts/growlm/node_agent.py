@@ -82,12 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rdzv-id")
     p.add_argument("--node-index", type=int, default=None, help="this node's place (default $SLURM_NODEID)")
     p.add_argument("--port-taken", help="the file to write when the rendezvous port is taken (then exit 75)")
+    p.add_argument("--srun-task", action="store_true",
+                   help="started by srun on a node of the job's allocation: the launching node's process and GPU lock "
+                        "descriptors in the environment mean nothing here (SLURM ends the step's tasks with the step)")
     p.add_argument("job", help="the training job as JSON (growlm.runner.TrainingJob.to_json)")
     args = p.parse_args(argv)
     if not args.standalone and not (args.endpoint and args.rdzv_id):
         p.error("--endpoint and --rdzv-id, or --standalone")
     index = args.node_index if args.node_index is not None else int(os.environ.get("SLURM_NODEID", "0"))
-    stop_with_parent()  # the job that started this agent ($GROWLM_PARENT_PID)
+    if args.srun_task:  # srun's tasks inherit the launching job's environment (srun's --export=ALL)
+        os.environ.pop(PARENT_ENV, None)
+        os.environ.pop(gpus.HELD_ENV, None)
+    stop_with_parent()  # the job that started this agent ($GROWLM_PARENT_PID; under srun, its step daemon)
     held = gpus.inherited()
     if held:  # the job's GPU locks, for the workers (torch closes inherited files)
         os.environ[gpus.HAND_ON_ENV] = gpus.hand_on(held)
