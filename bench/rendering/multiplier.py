@@ -27,6 +27,13 @@ def verdict(r: pd.Series) -> str:
         str(r["saving"]), "no interval")
 
 
+def said(r: pd.Series) -> str:
+    """The verdict in a sentence."""
+    return {"saving": "a saving", "costs more": "more than M_0 needs (its interval below 1)",
+            "no measurable saving": "no measurable saving (its interval holds 1)"}.get(str(r["saving"]),
+                                                                                      "no interval")
+
+
 def extrapolated(r: pd.Series) -> str:
     return f"yes, x{r['extrapolation_factor']:.2f}" if str(r["extrapolated"]).lower() in ("true", "1") else "no"
 
@@ -75,13 +82,13 @@ def _per_budget(df: pd.DataFrame) -> list[dict]:
 
 @block("multiplier-answer", RESULTS_PAGE, *SOURCES)
 def multiplier_answer(df) -> str:
-    return sentence("multiplier_answer", budgets=_per_budget(df), interval=interval, verdict=verdict)
+    return sentence("multiplier_answer", budgets=_per_budget(df), interval=interval, said=said)
 
 
 @block("readme-multiplier", README_PAGE, *SOURCES, "config/config.yaml", "bench/envelope.yaml")
 def readme_multiplier(df, default, env_cfg) -> str:
     params = m0_params(_merged(default, env_cfg))
-    return sentence("readme_multiplier", budgets=_per_budget(df), interval=interval, verdict=verdict,
+    return sentence("readme_multiplier", budgets=_per_budget(df), interval=interval, said=said,
                     params=millions(params[1]), f3=f3)
 
 
@@ -99,7 +106,7 @@ def _arms(df: pd.DataFrame) -> list[dict]:
 
 @block("multiplier-reading", RESULTS_PAGE, *SOURCES)
 def multiplier_reading(df) -> str:
-    return sentence("multiplier_reading", budgets=_arms(df), interval=interval, verdict=verdict,
+    return sentence("multiplier_reading", budgets=_arms(df), interval=interval, said=said,
                     extrapolated=extrapolated, missing=missing, measured=sorted(BUDGET_KEYS[b] for b in _budgets(df)
                                                                                 if b in BUDGET_KEYS),
                     cut=[k for b, k in BUDGET_KEYS.items() if b not in _budgets(df)])
