@@ -366,3 +366,26 @@ def _no_inherited_command(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # put back as it was after the test
     if not os.environ["PYTHONPATH"]:
         monkeypatch.delenv("PYTHONPATH")
+
+
+def validated_config(*overlays: dict) -> dict:
+    """config/config.yaml under the overlays (dicts, merged in order), validated and filled with the schema's
+    defaults as the Snakefile does: a config the library's functions take, without parsing the workflow."""
+    import copy
+
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+    def merge(a, b):
+        for k, v in b.items():
+            if isinstance(v, dict) and isinstance(a.get(k), dict):
+                merge(a[k], v)
+            else:
+                a[k] = copy.deepcopy(v)
+
+    for overlay in overlays:
+        merge(config, overlay)
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return config

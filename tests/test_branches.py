@@ -7,7 +7,6 @@ grown model made here (seconds, no workflow run)."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -16,31 +15,16 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import REPO, TINY, copy_workflow, learnable_tokens, plan
+from conftest import REPO, TINY, copy_workflow, learnable_tokens, plan, validated_config
 
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 METHOD = "msg+teach"
 BUDGET = 12000  # tiny.yaml's train.large.tokens halved: 46 refinement steps, decaying from step 37
 
 
 def tiny(*overlays) -> dict:
     """config/config.yaml under tests/config/tiny.yaml and `overlays` (YAML), validated as the Snakefile does."""
-    from snakemake.utils import validate
-
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-
-    def merge(a, b):
-        for k, v in b.items():
-            if isinstance(v, dict) and isinstance(a.get(k), dict):
-                merge(a[k], v)
-            else:
-                a[k] = copy.deepcopy(v)
-
     base = "{train: {schedule: wsd, large: {tokens: %d}, refine: {branches: [0.35]}}, methods: [[msg, teach]]}" % BUDGET
-    for overlay in (TINY.read_text(), base, *overlays):
-        merge(config, yaml.safe_load(overlay))
-    validate(config, str(SCHEMA))
-    return config
+    return validated_config(*(yaml.safe_load(o) for o in (TINY.read_text(), base, *overlays)))
 
 
 @pytest.fixture(scope="module")

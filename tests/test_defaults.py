@@ -10,12 +10,13 @@ takes the same defaults: TrainConfig reads them from the schema.
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import validated_config
 
 REPO = Path(__file__).resolve().parents[1]
 LIBRARY = REPO / "workflow" / "scripts" / "growlm"
@@ -33,25 +34,6 @@ NOT_CONFIG = {
     ("runs.py", "refine"): "the cooldown branches' points by kind (the compare rule's params), not the config",
     ("compare.py", "refine"): "the cooldown branches' points by kind (the compare rule's params), not the config",
 }
-
-
-def _validated(*overlays: dict) -> dict:
-    """config/config.yaml under the overlays, validated and filled as the Snakefile does."""
-    from snakemake.utils import validate
-
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-
-    def merge(a, b):
-        for k, v in b.items():
-            if isinstance(v, dict) and isinstance(a.get(k), dict):
-                merge(a[k], v)
-            else:
-                a[k] = copy.deepcopy(v)
-
-    for overlay in overlays:
-        merge(config, overlay)
-    validate(config, str(SCHEMA))
-    return config
 
 
 def _schema_keys_with_defaults() -> set[str]:
@@ -137,7 +119,7 @@ def test_a_new_training_setting_is_a_field_and_a_schema_key(monkeypatch):
         label_smoothing: float = 0.0
 
     monkeypatch.setattr(experiment, "TrainConfig", WithSmoothing)
-    config = _validated()
+    config = validated_config()
     config["train"]["large"]["label_smoothing"] = 1  # as a user writes it: cast to the field's type
     config["train"]["small"]["label_smoothing"] = 0.2
     large = experiment.train_settings(config, "large", seed=0)
@@ -157,12 +139,12 @@ def test_every_setting_of_a_run_comes_from_the_config(stage):
     library keeps for itself."""
     from growlm.experiment import train_settings
 
-    base = train_settings(_validated(), stage, seed=0)
+    base = train_settings(validated_config(), stage, seed=0)
     shared = ("min_lr_ratio", "weight_decay", "grad_clip", "eval_interval", "eval_tokens", "checkpoint_every")
     own = ("tokens", "lr", "batch_size", "warmup_steps")
     section = "large" if stage == "refine" else stage
     for key in shared + own:
-        config = _validated()
+        config = validated_config()
         where = config["train"] if key in shared else config["train"][section]
         if stage == "refine" and key in ("batch_size", "warmup_steps"):
             where = config["train"].setdefault("refine", {})
