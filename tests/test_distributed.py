@@ -62,6 +62,18 @@ def setup(tmp_path_factory):
     return d
 
 
+
+def one_process_job(d: Path, name: str) -> Path:
+    """`d/<name>_job.json`: the training job of train.json on one CPU device, its files named after `name`."""
+    write_plan(make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=1,
+                         device="cpu", memory_limit_gb=1, measure=False), d / f"{name}_plan.json")
+    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
+                      out_dir=d / f"{name}_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
+                      start={"build": MODEL}, ckpt_dir=d / f"{name}_ck", plan_file=d / f"{name}_plan.json",
+                      ledger_file=d / f"{name}.csv", summary_file=d / f"{name}.json")
+    (d / f"{name}_job.json").write_text(job.to_json())
+    return d / f"{name}_job.json"
+
 def run_torchrun(d: Path, name: str, strategy: str, micro: int, train_json: str = "train.json"):
     base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=2,
                        device="cpu", memory_limit_gb=1, measure=False)
@@ -240,14 +252,7 @@ def test_a_rendezvous_port_taken_before_the_first_agent_binds_it_is_tried_again(
     srun.chmod(0o755)
     monkeypatch.setenv("PATH", f"{srun.parent}:{os.environ['PATH']}")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=1,
-                     device="cpu", memory_limit_gb=1, measure=False)
-    write_plan(base, d / "port_plan.json")
-    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
-                      out_dir=d / "port_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
-                      start={"build": MODEL}, ckpt_dir=d / "port_ck", plan_file=d / "port_plan.json",
-                      ledger_file=d / "port.csv", summary_file=d / "port.json")
-    (d / "port_job.json").write_text(job.to_json())
+    one_process_job(d, "port")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -445,14 +450,7 @@ def test_a_rendezvous_port_taken_between_the_agents_check_and_torchs_bind_is_tri
     python = tmp_path / "bin" / "python-hooked"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "hook.py"} "$@"\n')
     python.chmod(0o755)
-    base = make_plan({k: v for k, v in MODEL.items() if k != "seed"}, context=T, global_batch=8, n_devices=1,
-                     device="cpu", memory_limit_gb=1, measure=False)
-    write_plan(base, d / "window_plan.json")
-    job = TrainingJob(TrainConfig.from_dict(json.loads((d / "train.json").read_text()), device="cpu"),
-                      out_dir=d / "window_model", train_file=d / "tok.npy", val_file=d / "tok.npy",
-                      start={"build": MODEL}, ckpt_dir=d / "window_ck", plan_file=d / "window_plan.json",
-                      ledger_file=d / "window.csv", summary_file=d / "window.json")
-    (d / "window_job.json").write_text(job.to_json())
+    one_process_job(d, "window")
     said = []
     rc = launch.run_across_nodes(launch.Allocation("6", ["n1"], ["127.0.0.1"]), job_file=d / "window_job.json",
                                  work_dir=tmp_path, log=said.append, nproc_per_node=1, cpus_per_task=0,
