@@ -4,6 +4,7 @@ did not see (bench/RESULTS.md, section 16).
     GROWLM_MIRROR=../shared/corpus/gitenberg .venv/bin/python bench/ladder.py --sizes 24,32,48   # the ladder
     .venv/bin/python bench/ladder.py --predict 64        # the prediction from the finished sizes, written first
     GROWLM_MIRROR=... .venv/bin/python bench/ladder.py --sizes 64 --arms lever    # then the check
+    GROWLM_MIRROR=... .venv/bin/python bench/ladder.py --sizes 24,32 --tokens-per-param 20   # a longer budget
     .venv/bin/python bench/ladder.py --summarise-only    # the tables from the finished runs
 
 Setting (bench/ladder.yaml beside config/children-large.yaml): the 326 Gutenberg children's books, members on
@@ -25,7 +26,10 @@ rates (4e-3 and 8e-3, weight decay 0.1) at every size rather than tuned per size
 (not 20); the predicted size runs the predicted arm only.
 
 Folders under --root: run_ladder_corpus (the corpus and tokenizer, once), then per size run_ladder_d<d1>_base (M_0
-and msg) and run_ladder_d<d1>_share0.1 (the lever, a copy of the base folder that reuses its corpus and M_0).
+and msg) and run_ladder_d<d1>_share0.1 (the lever, a copy of the base folder that reuses its corpus and M_0); a
+budget other than 8 tokens per parameter has folders of its own, run_ladder_d<d1>_tpp<r>_base and _share0.1 (the
+lever's member and every grown model are named without the budget, so two budgets in one folder would overwrite
+each other's).
 
 Writes bench/results/ladder_seeds.csv (growlm's comparison row of every size, arm and seed with its multiplier
 columns), ladder_table.csv (one row per size and arm), ladder_curves.csv (every evaluation of every run) and
@@ -80,11 +84,12 @@ def batches(tokens: float) -> int:
     return max(1, round(tokens / BATCH_TOKENS)) * BATCH_TOKENS
 
 
-def size(d1: int) -> dict:
-    """A rung: M_1's and its member's shapes, the budget, msg's member tokens and mask ramp."""
+def size(d1: int, tpp: float = TOKENS_PER_PARAM) -> dict:
+    """A rung at `tpp` tokens per parameter: M_1's and its member's shapes, the budget, msg's member tokens and mask
+    ramp (a share of the refinement's steps, so the same share at every budget)."""
     d0, L0, L1 = d1 // 2, 2, 4
-    budget = batches(TOKENS_PER_PARAM * params(d1, L1))
-    return {"d0": d0, "L0": L0, "d1": d1, "L1": L1, "budget": budget,
+    budget = batches(tpp * params(d1, L1))
+    return {"d0": d0, "L0": L0, "d1": d1, "L1": L1, "budget": budget, "tpp": tpp,
             "small_tokens": batches(max(MEMBER_TOKENS_PER_PARAM * params(d0, L0), 40 * BATCH_TOKENS)),
             "ramp_steps": max(1, round(RAMP_SHARE * budget / BATCH_TOKENS))}
 
@@ -121,8 +126,11 @@ def targets(model: str, points=()) -> list[str]:
             *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
 
 
-def folder(root: Path, d1: int, arm: dict) -> Path:
-    return root / f"run_ladder_d{d1}_{arm['folder']}"
+def folder(root: Path, s: dict, arm: dict) -> Path:
+    """A size's folder for an arm; a budget other than the default's has folders of its own (the lever's member and
+    every grown model are named without the budget)."""
+    at = "" if s["tpp"] == TOKENS_PER_PARAM else f"_tpp{s['tpp']:g}"
+    return root / f"run_ladder_d{s['d1']}{at}_{arm['folder']}"
 
 
 def snakemake(run: Path, overlay: dict, wanted: list[str], cores: int) -> None:
@@ -150,11 +158,11 @@ def merge(a: dict, b: dict) -> dict:
     return out
 
 
-def run_size(root: Path, d1: int, arm_names, seeds, cores: int) -> None:
+def run_size(root: Path, d1: int, arm_names, seeds, cores: int, tpp: float = TOKENS_PER_PARAM) -> None:
     """A rung's M_0 and msg in its base folder (from a copy of the corpus folder), then each other arm in a copy of
     the base folder, side by side."""
-    s = size(d1)
-    base = folder(root, d1, ARMS["msg"])
+    s = size(d1, tpp)
+    base = folder(root, s, ARMS["msg"])
     if not base.exists():
         shutil.copytree(root / "run_ladder_corpus", base, symlinks=True,
                         ignore=shutil.ignore_patterns("locks", "incomplete"))
@@ -166,7 +174,7 @@ def run_size(root: Path, d1: int, arm_names, seeds, cores: int) -> None:
     jobs = []
     for name in others:
         arm = ARMS[name]
-        run = folder(root, d1, arm)
+        run = folder(root, s, arm)
         if not run.exists():
             shutil.copytree(base, run, symlinks=True,
                             ignore=shutil.ignore_patterns("locks", "incomplete", "grown", "refined"))
@@ -177,13 +185,13 @@ def run_size(root: Path, d1: int, arm_names, seeds, cores: int) -> None:
             done.result()
 
 
-def arm_rows(root: Path, d1: int, name: str, seeds) -> tuple[list[dict], list[pd.DataFrame], list[pd.DataFrame]]:
+def arm_rows(root: Path, s: dict, name: str, seeds) -> tuple[list[dict], list[pd.DataFrame], list[pd.DataFrame]]:
     """Each finished seed's comparison row of an arm at a size against M_0, its curves and M_0's finished runs."""
     from growlm.compare import compare_one
     from growlm.runs import arm_ends
 
-    s, arm = size(d1), ARMS[name]
-    base, run = folder(root, d1, ARMS["msg"]), folder(root, d1, arm)
+    arm = ARMS[name]
+    base, run = folder(root, s, ARMS["msg"]), folder(root, s, arm)
     rows, curves, ends = [], [], []
     for seed in seeds:
         m0, m1 = base / m0_model(s, seed), run / m1_model(s, arm, seed)
@@ -215,17 +223,23 @@ def arm_rows(root: Path, d1: int, name: str, seeds) -> tuple[list[dict], list[pd
     return rows, curves, ends
 
 
-def finished_sizes(root: Path) -> list[int]:
-    return sorted(int(p.name.split("_")[2][1:]) for p in root.glob("run_ladder_d*_base"))
+def finished_sizes(root: Path) -> list[dict]:
+    """Every size (and budget) with a base folder under `root`."""
+    out = []
+    for p in root.glob("run_ladder_d*_base"):
+        parts = p.name.split("_")[2:-1]  # d<d1>[, tpp<r>]
+        tpp = float(parts[1][3:]) if len(parts) > 1 else TOKENS_PER_PARAM
+        out.append(size(int(parts[0][1:]), tpp))
+    return sorted(out, key=lambda s: (s["tpp"], s["d1"]))
 
 
 def summarise(root: Path, seeds=range(10)) -> pd.DataFrame:
     from growlm.runs import multiplier_columns
 
     per_seed, curves = [], []
-    for d1 in finished_sizes(root):
+    for s in finished_sizes(root):
         for name in ARMS:
-            rows, c, ends = arm_rows(root, d1, name, seeds)
+            rows, c, ends = arm_rows(root, s, name, seeds)
             if rows:
                 per_seed.append(multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True)))
                 curves += c
@@ -273,8 +287,8 @@ def figure(seeds_df: pd.DataFrame, out_svg: Path) -> None:
 
 
 def per_size(per_seed: pd.DataFrame) -> pd.DataFrame:
-    g = per_seed.groupby(["d1", "arm"], sort=True)
-    first = ["d0", "L0", "L1", "budget", "tokens_per_param", "m0_passes", "multiplier", "multiplier_low",
+    g = per_seed.groupby(["budget", "d1", "arm"], sort=True)
+    first = ["d0", "L0", "L1", "tokens_per_param", "m0_passes", "multiplier", "multiplier_low",
              "multiplier_high", "multiplier_free", "multiplier_free_low", "multiplier_free_high", "saving",
              "extrapolated", "extrapolation_factor", "m0_points", "m0_seeds", "m1_seeds"]
     table = g.agg(**{c: (c, "first") for c in first if c in per_seed}, seeds=("seed", "nunique"),
@@ -306,6 +320,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", choices=("both", "lever"), default="both",
                     help=f"both: {' and '.join(ARMS)}; lever: {LEVER!r} only (M_0 is trained either way)")
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--tokens-per-param", type=float, default=TOKENS_PER_PARAM,
+                    help="M_0's budget in tokens per non-embedding parameter (its own folders where not the default)")
     ap.add_argument("--predict", type=int, help="write the prediction at this width from every finished size, for a "
                     "measurement over as many seeds as --seeds names")
     ap.add_argument("--summarise-only", action="store_true")
@@ -330,7 +346,7 @@ def main(argv=None) -> int:
     if not args.summarise_only:
         corpus(args.root, args.cores)
         for d1 in sizes:
-            run_size(args.root, d1, arm_names, seeds, args.cores)
+            run_size(args.root, d1, arm_names, seeds, args.cores, args.tokens_per_param)
             try:  # a table after each size; a fault in it leaves the next size to train
                 summarise(args.root)
             except Exception:  # noqa: BLE001

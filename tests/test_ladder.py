@@ -47,6 +47,20 @@ def test_every_folder_config_validates(arm):
     assert config["grow"]["options"]["msg"]["ramp_steps"] == s["ramp_steps"]
 
 
+def test_a_second_budget_has_folders_of_its_own(tmp_path):
+    """The lever's member and every grown model are named without the budget: a budget other than the ladder's own
+    trains in folders of its own, and the summary finds each size at its budget."""
+    eight, twenty = ladder.size(32), ladder.size(32, 20)
+    assert twenty["budget"] == pytest.approx(2.5 * eight["budget"], rel=0.01)
+    names = {ladder.folder(tmp_path, s, arm).name for s in (eight, twenty) for arm in ladder.ARMS.values()}
+    assert names == {"run_ladder_d32_base", "run_ladder_d32_share0.1", "run_ladder_d32_tpp20_base",
+                     "run_ladder_d32_tpp20_share0.1"}
+    for name in names:
+        (tmp_path / name).mkdir()
+    found = {(s["d1"], s["tpp"], s["budget"]) for s in ladder.finished_sizes(tmp_path)}
+    assert found == {(32, 8, eight["budget"]), (32, 20, twenty["budget"])}
+
+
 def _run(*args, cwd=REPO):
     return subprocess.run([sys.executable, str(REPO / "bench" / "ladder.py"), *args], cwd=cwd, capture_output=True,
                           text=True, env={"PYTHONPATH": str(REPO / "workflow" / "scripts"), "PATH": "/usr/bin:/bin"})
