@@ -16,7 +16,7 @@ data give (bench/rendering/ties.py).
 The blocks are rendered by the package `bench/rendering/`: `core` (the registry, how a source is read, the
 formatting, parameter counts, `sentence`), one module per section's data (`answer`, `per_parameter`,
 `savings`, `throughput`, `gpu`, `combine`, `scaling`, `budgets`, `recipes`, `families`, `modes`,
-`schedules`, `readings`, `times`) and the sentences in `templates/*.md.j2` (Jinja2). This script imports
+`schedules`, `readings`, `times`, `multiplier`, `ladder`) and the sentences in `templates/*.md.j2` (Jinja2). This script imports
 them, holds section 15's blocks, and writes the pages.
 
 A section's block from a new CSV:
@@ -48,8 +48,8 @@ from rendering.core import (  # noqa: E402  the registry, formatting and paramet
     BLOCKS, Block, COMMAND, DATA, README_PAGE, REPO, RESULTS_PAGE, arm, block, f3, load, pm, render_block, source_path, table,
     tok, tpp)
 from rendering import (  # noqa: E402,F401  (each registers its section's blocks)
-    answer, budgets, combine, families, gpu, modes, multiplier, per_parameter, readings, recipes, savings, scaling,
-    schedules, throughput, times)
+    answer, budgets, combine, families, gpu, ladder, modes, multiplier, per_parameter, readings, recipes, savings,
+    scaling, schedules, throughput, times)
 from rendering.answer import HEADLINE_SOURCES, headline_line  # noqa: E402
 
 REEXPORTED = (Block, DATA, README_PAGE, arm, source_path)  # read by tests/test_results_rendered.py through this module

@@ -72,7 +72,7 @@ def load(source: str):
     key = (path, path.stat().st_mtime_ns)
     if key not in _READ:
         if path.suffix == ".csv":
-            _READ[key] = pd.read_csv(path, dtype=str) if path.name == "published.csv" else pd.read_csv(path)
+            _READ[key] = pd.read_csv(path, dtype=str) if path.name.startswith("published") else pd.read_csv(path)
         else:
             _READ[key] = yaml.safe_load(path.read_text())
     data = _READ[key]

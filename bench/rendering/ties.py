@@ -97,6 +97,8 @@ TIES = [
         source="the interval's level (growlm.multiplier: arm_multiplier's level)"),
     tie(R, "each arm's effective compute multiplier with its {}% interval over seeds", stated("95"),
         source="the interval's level (growlm.multiplier: arm_multiplier's level)"),
+    tie(R, "Each size's multiplier, members counted and free, with its {}% interval over seeds", stated("95"),
+        source="the interval's level (growlm.multiplier: arm_multiplier's level)"),
     tie(R, "The goal of {}% MFU at d >= 768 was not met", stated("45"), source="the MFU goal (bench/README.md)"),
     tie(R, "The goal of {}% MFU at d >= 768 is not met", stated("45"), source="the MFU goal"),
     tie(R, "The goals ({} of M_0's rate during the ramp, {} after)", stated("0.85"), stated("0.95"),
