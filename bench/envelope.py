@@ -148,6 +148,23 @@ class Runner:
                 done.result()
 
 
+def compare_in(run: Path, combo: dict, paths: dict, **kwargs) -> tuple[dict, list]:
+    """growlm.compare.compare_one from inside the run's folder (the grow job's record names the members relative to
+    it, as the workflow runs): its row, without the savings column and with compare's own words for the arm
+    ("grown from m_1 ...") as `arm_kind`, and its curves. bench/multiplier.py and bench/ladder.py read their arms so."""
+    from growlm.compare import compare_one
+
+    here = os.getcwd()
+    os.chdir(run)
+    try:
+        row, curves = compare_one(combo, paths, **kwargs)
+    finally:
+        os.chdir(here)
+    row.pop("savings", None)
+    row["arm_kind"] = row.pop("arm")
+    return row, curves
+
+
 def final_loss(run: Path, model: str) -> float:
     from growlm.compare import final_val_loss
 
@@ -215,7 +232,6 @@ def more_seeds(r: Runner, choices: dict, seeds=(1, 2)) -> None:
 
 def arm_rows(r: Runner, name: str, arm: dict, m0_wd: float, arm_wd: float, seeds) -> list[dict]:
     """One row per seed of an arm against M_0 (base folder), by growlm.compare.compare_one."""
-    from growlm.compare import compare_one
 
     run, base = r.folder(arm["folder"]), r.folder("base")
     out = []
@@ -232,15 +248,8 @@ def arm_rows(r: Runner, name: str, arm: dict, m0_wd: float, arm_wd: float, seeds
         tokens = {"large": run / "results/tokens/level1/train.npy", "members": run / "results/tokens/level0/train.npy"}
         if (run / "results/tokens/level0+1/train.npy").is_file():
             tokens["large"] = run / "results/tokens/level0+1/train.npy"
-        here = os.getcwd()
-        os.chdir(run)  # the grow job's record names the members relative to the run's folder, as the workflow runs
-        try:
-            row, _ = compare_one(combo, paths, m0_lr=optim(M0_LR, m0_wd), envelope_dirs={"m0": [m0], "m1": [m1]},
-                                 branches={"baseline": POINTS, "refine": POINTS}, token_files=tokens)
-        finally:
-            os.chdir(here)
-        row.pop("savings", None)
-        row["arm_kind"] = row.pop("arm")  # compare's own words for the arm ("grown from m_1 ...")
+        row, _ = compare_in(run, combo, paths, m0_lr=optim(M0_LR, m0_wd), envelope_dirs={"m0": [m0], "m1": [m1]},
+                            branches={"baseline": POINTS, "refine": POINTS}, token_files=tokens)
         out.append({"arm": name, **row, "m0_flops_share_of_cooldowns": row["cooldown_flops"] / row["m0_flops"]})
     return out
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -187,7 +186,7 @@ def run_size(root: Path, d1: int, arm_names, seeds, cores: int, tpp: float = TOK
 
 def arm_rows(root: Path, s: dict, name: str, seeds) -> tuple[list[dict], list[pd.DataFrame], list[pd.DataFrame]]:
     """Each finished seed's comparison row of an arm at a size against M_0, its curves and M_0's finished runs."""
-    from growlm.compare import compare_one
+    from envelope import compare_in
     from growlm.runs import arm_ends
 
     arm = ARMS[name]
@@ -207,15 +206,8 @@ def arm_rows(root: Path, s: dict, name: str, seeds) -> tuple[list[dict], list[pd
                  "grown": str(run / "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")}
         tokens = {"large": run / "results/tokens/level1/train.npy", "members": run / "results/tokens/level0/train.npy"}
         points = {"baseline": point_ids(M0_POINTS), "refine": []}
-        here = os.getcwd()
-        os.chdir(run)  # the grow job's record names the members relative to the run's folder
-        try:
-            row, c = compare_one(combo, paths, m0_lr=optim(M0_LR), envelope_dirs={"m0": [m0], "m1": [m1]},
-                                 branches=points, token_files=tokens)
-        finally:
-            os.chdir(here)
-        row.pop("savings", None)
-        row["arm_kind"] = row.pop("arm")
+        row, c = compare_in(run, combo, paths, m0_lr=optim(M0_LR), envelope_dirs={"m0": [m0], "m1": [m1]},
+                            branches=points, token_files=tokens)
         rows.append({"arm": name, **row})
         curves += [x.assign(arm_name=name) for x in c]
         ends.append(arm_ends([m0], points["baseline"]).assign(

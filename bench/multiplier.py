@@ -37,13 +37,12 @@ Writes, leaving RESULTS 15's first measurement (envelope_*.csv) as it was:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from envelope import SIZES, Runner, arms, baseline_dir, optim, refined_dir, with_teach
+from envelope import SIZES, Runner, arms, baseline_dir, compare_in, optim, refined_dir, with_teach
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
@@ -128,7 +127,6 @@ def _merge(arm_overlay: dict) -> dict:
 
 def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[dict], list[pd.DataFrame], list]:
     """Each seed's comparison row of an arm against M_0 (base folder), its curves and M_0's finished runs."""
-    from growlm.compare import compare_one
     from growlm.runs import arm_ends
 
     budget = BUDGETS[key]
@@ -150,15 +148,8 @@ def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[di
         tokens = {"large": folder / "results/tokens/level1/train.npy",
                   "members": folder / "results/tokens/level0/train.npy"}
         points = {"baseline": point_ids(M0_POINTS), "refine": point_ids(REFINE_POINTS)}
-        here = os.getcwd()
-        os.chdir(folder)  # the grow job's record names the members relative to the run's folder, as the workflow runs
-        try:
-            row, c = compare_one(combo, paths, m0_lr=optim(M0_LR, WD), envelope_dirs={"m0": [m0], "m1": [m1]},
-                                 branches=points, token_files=tokens)
-        finally:
-            os.chdir(here)
-        row.pop("savings", None)
-        row["arm_kind"] = row.pop("arm")
+        row, c = compare_in(folder, combo, paths, m0_lr=optim(M0_LR, WD), envelope_dirs={"m0": [m0], "m1": [m1]},
+                            branches=points, token_files=tokens)
         rows.append({"arm": name, **row})
         curves += [x.assign(arm_name=name) for x in c]
         ends.append(arm_ends([m0], points["baseline"]).assign(
