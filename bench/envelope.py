@@ -165,6 +165,23 @@ def compare_in(run: Path, combo: dict, paths: dict, **kwargs) -> tuple[dict, lis
     return row, curves
 
 
+def write_seeds_and_curves(per_seed: list, curves: list, name: str, keys: list[str], root: Path,
+                           out: Path) -> pd.DataFrame | None:
+    """A bench's rows per arm and seed (`per_seed`, frames with the multiplier columns) and every evaluation of
+    every run (`curves`, with total_flops = flops + offset_flops, one row per `keys` and step) to
+    out/<name>_seeds.csv and out/<name>_curves.csv; the seeds' rows, or None (said) where no run has finished."""
+    if not per_seed:
+        print("no finished runs under", root)
+        return None
+    seeds_df = pd.concat(per_seed, ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds_df.to_csv(out / f"{name}_seeds.csv", index=False)
+    curve_df = pd.concat(curves, ignore_index=True)
+    curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
+    curve_df.drop_duplicates(subset=[*keys, "step"]).to_csv(out / f"{name}_curves.csv", index=False)
+    return seeds_df
+
+
 def final_loss(run: Path, model: str) -> float:
     from growlm.compare import final_val_loss
 

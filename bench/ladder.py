@@ -226,6 +226,7 @@ def finished_sizes(root: Path) -> list[dict]:
 
 
 def summarise(root: Path, seeds=range(10)) -> pd.DataFrame:
+    from envelope import write_seeds_and_curves
     from growlm.runs import multiplier_columns
 
     per_seed, curves = [], []
@@ -235,16 +236,10 @@ def summarise(root: Path, seeds=range(10)) -> pd.DataFrame:
             if rows:
                 per_seed.append(multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True)))
                 curves += c
-    if not per_seed:
-        print("no finished runs under", root)
+    seeds_df = write_seeds_and_curves(per_seed, curves, "ladder",
+                                      ["arm", "run", "seed", "budget", "method", "d1", "arm_name"], root, OUT)
+    if seeds_df is None:
         return pd.DataFrame()
-    seeds_df = pd.concat(per_seed, ignore_index=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    seeds_df.to_csv(OUT / "ladder_seeds.csv", index=False)
-    curve_df = pd.concat(curves, ignore_index=True)
-    curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
-    curve_df = curve_df.drop_duplicates(subset=["arm", "run", "seed", "budget", "method", "d1", "step", "arm_name"])
-    curve_df.to_csv(OUT / "ladder_curves.csv", index=False)
     table = per_size(seeds_df)
     table.to_csv(OUT / "ladder_table.csv", index=False)
     trend_over(seeds_df).to_csv(OUT / "ladder_trend.csv", index=False)

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from envelope import SIZES, Runner, arms, baseline_dir, compare_in, optim, refined_dir, with_teach
+from envelope import (SIZES, Runner, arms, baseline_dir, compare_in, optim, refined_dir, with_teach,
+                      write_seeds_and_curves)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow" / "scripts"))
@@ -169,16 +170,10 @@ def summarise(root: Path, keys, seeds=range(10)) -> pd.DataFrame:
             table = multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True))
             seeds_rows.append(table)
             curves += c
-    if not seeds_rows:
-        print("no finished runs under", root)
+    per_seed = write_seeds_and_curves(seeds_rows, curves, "multiplier",
+                                      ["arm", "run", "seed", "budget", "method", "arm_name"], root, OUT)
+    if per_seed is None:
         return pd.DataFrame()
-    per_seed = pd.concat(seeds_rows, ignore_index=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    per_seed.to_csv(OUT / "multiplier_seeds.csv", index=False)
-    curve_df = pd.concat(curves, ignore_index=True)
-    curve_df["total_flops"] = curve_df["flops"] + curve_df["offset_flops"]
-    curve_df = curve_df.drop_duplicates(subset=["arm", "run", "seed", "budget", "method", "step", "arm_name"])
-    curve_df.to_csv(OUT / "multiplier_curves.csv", index=False)
     table = per_arm(per_seed)
     table.to_csv(OUT / "multiplier_table.csv", index=False)
     return table
