@@ -100,7 +100,7 @@ def _arms(df: pd.DataFrame) -> list[dict]:
         m0 = at.iloc[0]
         out.append({"budget": budget, "tpp": m0["tokens_per_param"], "rows": [r for _, r in at.iterrows()],
                     "m0_se": m0["m0_final_val_loss_se"], "m0_sd": m0["m0_final_val_loss_std"],
-                    "m0_seeds": m0["m0_seeds"]})
+                    "m0_seeds": m0["m0_seeds"], "cut_arms": [a for a in ARMS if a not in set(at["arm"])]})
     return out
 
 
@@ -113,3 +113,4 @@ def multiplier_reading(df) -> str:
 
 
 BUDGET_KEYS = {1_600_000: "8", 6_400_000: "32"}  # bench/multiplier.py's budgets, by tokens per parameter
+ARMS = ("msg", "msg, members 1%", "msg, members 10%", "msg, members 10% + teach")  # and its ARMS
