@@ -13,7 +13,7 @@ bootstrap over seeds, its members counted and free.
 
 Setting: bench/envelope.yaml (section 8's: bundled readers, vocabulary 2048, members d0 = 32, L0 = 2 on level 0,
 M_0 and M_1 d1 = 64, L1 = 4 on level 1, every job under wsd), M_0 at its tuned rate 4e-3 and weight decay 0.1
-(RESULTS 15's tuning table: 0.1 ended lowest at both budgets), trained past its budget (`EXTEND`) with cooldown
+(RESULTS 15's tuning table: 0.1 ended lowest at both budgets), trained twice its budget (`EXTEND`) with cooldown
 branches whose ends bracket the budget, so that M_0's finished runs bracket every arm's final loss and its run of
 exactly the budget is one of them; every arm refined at 8e-3 and weight decay 0.1 with cooldown branches at the
 refinement's points (`REFINE_POINTS`). Every evaluation's standard error is recorded and every run's end is
@@ -24,7 +24,7 @@ Arms (RESULTS 15's, `bench/envelope.py`'s definitions; `--arms` trains some of t
 folders are run_multiplier_<budget>_<arm folder> under --root; M_0 and `msg` train in the base folder, every other
 arm in a copy of it (corpus, tokenizer and M_0 reused).
 
-    .venv/bin/python bench/multiplier.py --budgets 32 --seeds 0,1,2 --arms msg   # 32 tokens per parameter, msg only
+    .venv/bin/python bench/multiplier.py --budgets 32 --seeds 0,1,2 --arms "msg; msg, members 10%"   # two arms
 
 Writes, leaving RESULTS 15's first measurement (envelope_*.csv) as it was:
 - bench/results/multiplier_seeds.csv: growlm's comparison row of every arm and seed (growlm.compare.compare_one),
@@ -54,27 +54,19 @@ OUT = REPO / "bench" / "results"
 BUDGETS = {"8": 1_600_000, "32": 6_400_000}
 M0_LR, ARM_LR, WD = "0.004", "0.008", 0.1
 ARMS = ("msg", "msg, members 1%", "msg, members 10%", "msg, members 10% + teach")
-# How many times its budget M_0 trains (baseline.extend): twice at 8 tokens per parameter, where the arms' multipliers
-# reached 1.3; 1.5 at 32, where RESULTS 15 measured savings of a few percent, so that M_0's finished runs still
-# bracket every arm's final loss (an arm past them is flagged as an extrapolation) at three quarters of the cost
-EXTEND = {"8": 2, "32": 1.5}
-
-
-def m0_points(key: str) -> tuple[float, ...]:
-    """M_0's branch points: train.branches' default points (0.2, 0.35, 0.5, 0.7 of the stable phase of its run of the
-    budget), and the two baseline.extend adds, 1 (the run of exactly the budget) and (1 + extend) / 2; so its finished
-    runs end at about 0.2, 0.35, 0.5, 0.7, 1, (1 + extend) / 2 and extend times the budget."""
-    return (0.2, 0.35, 0.5, 0.7, 1.0, (1 + EXTEND[key]) / 2)
-
-
+EXTEND = 2  # M_0 trains twice its budget (baseline.extend)
+# M_0's branches: train.branches' default points (0.2, 0.35, 0.5, 0.7 of the stable phase of its run of the budget),
+# and the two baseline.extend adds, 1 (the run of exactly the budget) and (1 + EXTEND) / 2; so its finished runs end at
+# about 0.2, 0.35, 0.5, 0.7, 1, 1.5 and 2 times the budget
+M0_POINTS = (0.2, 0.35, 0.5, 0.7, 1.0, (1 + EXTEND) / 2)
 # The refinements' branch points, train.refine.branches' defaults, which add 0.85 and 0.95 to RESULTS 15's four
 REFINE_POINTS = (0.2, 0.35, 0.5, 0.7, 0.85, 0.95)
 
 
-def overlay(key: str) -> dict:
+def overlay() -> dict:
     """What every folder adds to envelope.yaml: M_0 past its budget (its branch points follow), the refinements'
     branch points as the defaults give them."""
-    return {"baseline": {"extend": EXTEND[key]}}
+    return {"baseline": {"extend": EXTEND}}
 
 
 def all_arms(key: str, names=ARMS) -> dict[str, dict]:
@@ -113,14 +105,14 @@ def run(root: Path, key: str, seeds, cores: int, names=ARMS) -> None:
     r = Runner(root, budget, cores)
     r.folder = lambda name: root / f"run_multiplier_{budget}_{name}"  # this measurement's own folders
     chosen = all_arms(key, ("msg", *(n for n in names if n != "msg")))
-    base = [t for s in seeds for t in targets(m0_model(budget, s), m0_points(key))]
+    base = [t for s in seeds for t in targets(m0_model(budget, s), M0_POINTS)]
     base += [t for s in seeds for t in targets(m1_model(chosen["msg"], budget, s), REFINE_POINTS)]
-    r.run("base", overlay(key), base, copy_of=None)
+    r.run("base", overlay(), base, copy_of=None)
     others: dict[str, tuple[dict, list[str]]] = {}
     for name, arm in chosen.items():
         if arm["folder"] == "base":
             continue
-        settings, wanted = others.setdefault(arm["folder"], (_merge(arm["overlay"], key), []))
+        settings, wanted = others.setdefault(arm["folder"], (_merge(arm["overlay"]), []))
         wanted += [t for s in seeds for t in targets(m1_model(arm, budget, s), REFINE_POINTS)]
     one = Runner(root, budget, 1)
     one.folder = r.folder
@@ -131,9 +123,9 @@ def run(root: Path, key: str, seeds, cores: int, names=ARMS) -> None:
             done.result()
 
 
-def _merge(arm_overlay: dict, key: str) -> dict:
+def _merge(arm_overlay: dict) -> dict:
     """An arm's overlay with this measurement's beside it."""
-    return {**arm_overlay, **overlay(key)}
+    return {**arm_overlay, **overlay()}
 
 
 def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[dict], list[pd.DataFrame], list]:
@@ -146,7 +138,7 @@ def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[di
     rows, curves, ends = [], [], []
     for seed in seeds:
         m0, m1 = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
-        wanted = [base / t for t in targets(m0_model(budget, seed), m0_points(key))]
+        wanted = [base / t for t in targets(m0_model(budget, seed), M0_POINTS)]
         wanted += [folder / t for t in targets(m1_model(arm, budget, seed), REFINE_POINTS)]
         if not all(f.is_file() for f in wanted):  # a seed not finished (every run and evaluation) is left out
             continue
@@ -158,7 +150,7 @@ def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[di
                  "grown": str(folder / "results/models/grown/{method}/d{d0}_L{L0}_to_d{d1}_L{L1}/n{n}/s{seed}")}
         tokens = {"large": folder / "results/tokens/level1/train.npy",
                   "members": folder / "results/tokens/level0/train.npy"}
-        points = {"baseline": point_ids(m0_points(key)), "refine": point_ids(REFINE_POINTS)}
+        points = {"baseline": point_ids(M0_POINTS), "refine": point_ids(REFINE_POINTS)}
         row, c = compare_in(folder, combo, paths, m0_lr=optim(M0_LR, WD), envelope_dirs={"m0": [m0], "m1": [m1]},
                             branches=points, token_files=tokens)
         rows.append({"arm": name, **row})

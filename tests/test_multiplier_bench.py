@@ -27,11 +27,11 @@ def test_every_folder_config_validates_and_m0_branches_are_the_workflows(key, na
     arm = multiplier.all_arms(key)[name]
     bench = yaml.safe_load(multiplier.OUT.parent.joinpath("envelope.yaml").read_text())
     config = validated_config(bench, {"budgets": [multiplier.BUDGETS[key]]},
-                              multiplier._merge(arm["overlay"], key))
-    assert config["baseline"]["extend"] == multiplier.EXTEND[key]
+                              multiplier._merge(arm["overlay"]))
+    assert config["baseline"]["extend"] == multiplier.EXTEND
     planned = branch_points(config, "large")
-    assert sorted(planned) == sorted(multiplier.point_ids(multiplier.m0_points(key)))
-    assert max(planned.values()) < multiplier.EXTEND[key]  # every branch ends before M_0's extended run does
+    assert sorted(planned) == sorted(multiplier.point_ids(multiplier.M0_POINTS))
+    assert max(planned.values()) < multiplier.EXTEND  # every branch ends before M_0's extended run does
     assert sorted(branch_points(config, "refine").values()) == list(multiplier.REFINE_POINTS)
 
 
