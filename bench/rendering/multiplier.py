@@ -104,9 +104,11 @@ def _arms(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-@block("multiplier-reading", RESULTS_PAGE, *SOURCES)
-def multiplier_reading(df) -> str:
+@block("multiplier-reading", RESULTS_PAGE, *SOURCES, "config/config.yaml", "bench/envelope.yaml")
+def multiplier_reading(df, default, env_cfg) -> str:
+    val_fraction = _merged(default, env_cfg)["corpus"]["val_fraction"]
     return sentence("multiplier_reading", budgets=_arms(df), interval=interval, said=said,
+                    whole=1 / val_fraction, val_fraction=val_fraction,
                     extrapolated=extrapolated, missing=missing, measured=sorted(BUDGET_KEYS[b] for b in _budgets(df)
                                                                                 if b in BUDGET_KEYS),
                     cut=[k for b, k in BUDGET_KEYS.items() if b not in _budgets(df)])
