@@ -121,7 +121,9 @@ def point_ids(points) -> list[str]:
 
 
 def targets(model: str, points=()) -> list[str]:
-    return [f"{model}/ledger.csv", model.replace("models/", "eval/", 1) + "/metrics.json",
+    """What to ask Snakemake for: as bench/multiplier.py's `targets`, never the ledger itself (asking for a
+    finished model's ledger would train it again to remake its branches' temporary states)."""
+    return [model.replace("models/", "eval/", 1) + "/metrics.json",
             *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
 
 

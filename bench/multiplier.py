@@ -85,8 +85,11 @@ def point_ids(points) -> list[str]:
 
 
 def targets(model: str, points) -> list[str]:
-    """A large model's ledger, its test metrics and its cooldown branches' records."""
-    return [f"{model}/ledger.csv", model.replace("models/", "eval/", 1) + "/metrics.json",
+    """A large model's test metrics and its cooldown branches' records (its ledger comes with them). Not the ledger
+    itself: it is an output of the training job beside the branch points' states, which are temporary (each
+    branch's job deletes its start once it has run), so asking for the ledger of a finished model would train the
+    model again to make those states, where asking for what was made from them finds everything done."""
+    return [model.replace("models/", "eval/", 1) + "/metrics.json",
             *(f"{model}/branches/b{p}/branch.json" for p in point_ids(points))]
 
 
