@@ -326,11 +326,13 @@ def tiny_run(tmp_path_factory) -> Path:
                         ["--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report.html"]])
 
 
-# The second experiment of `tiny2_run`: the tutorial's operator and refiner beside msg with teachers, the members
-# branching from one shared trunk, each on its own cluster of books; no profiling, no control arms.
+# The second experiment of `tiny2_run`: the tutorial's operator refined with teachers and its refiner after msg
+# beside [merge, msg], the members branching from one shared trunk, each on its own cluster of books; no
+# profiling, no control arms. Three arms, each with what the tests read of it: the plugin operator and the
+# teachers (both use the two members) share one, and msg alone is the arm that uses m_1 only.
 TINY2 = """\
 experiment: tiny2
-methods: [[merge, msg], [msg, teach], average_then_grow, [msg, smooth_labels]]
+methods: [[merge, msg], [average_then_grow, teach], [msg, smooth_labels]]
 members: {data: clusters, shards: 2, trunk: 0.5}
 grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}
 controls: {single_member: false, ensemble: false}
