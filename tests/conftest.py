@@ -258,8 +258,8 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
     """A real run made once for the whole session and shared by every test that asks for the same one: a copy
     of the workflow (or of the finished run `start_from`, less the paths `remove`), `files` written into it
     (overlays), `copies` made in it ({destination: source}, paths in the folder; file dates kept), then each
-    Snakemake command in turn (each must succeed; the output of command i is in
-    `run_output(folder, i)`).
+    Snakemake command in turn (each must succeed; what command i printed, its standard output then its
+    standard error, is in `run_output(folder, i)`: a run's plan, said as it starts, is in the latter).
 
     It is keyed by what makes it: the commands, the files' text, the config files a command names, what it
     starts from and the code (`code_digest`): two fixtures asking for the same run share one. The tests run
@@ -305,7 +305,8 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
                 for dest, source in (copies or {}).items():
                     shutil.copytree(wd / source, wd / dest, symlinks=True)
                 for i, command in enumerate(commands):
-                    run_output(wd, i).write_text(run_snakemake(wd, *command).stdout)
+                    proc = run_snakemake(wd, *command)
+                    run_output(wd, i).write_text(proc.stdout + proc.stderr)
             except BaseException as err:
                 failed.write_text(f"{type(err).__name__}: {err}"[-20000:])
                 raise
