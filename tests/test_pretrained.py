@@ -46,26 +46,26 @@ def rows(wd: Path, experiment: str) -> list[dict]:
 @pytest.mark.slow
 def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     """The tiny experiment's models again in the Llama family, in a copy of its GPT-2 run: the corpus and
-    tokenizer stay, every model is made again (the family is a setting of every model job): the members,
-    M_0 and one arm (one method here: every operator's Llama form is checked for exactness in
-    tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the comparison
-    and the report of Llama models are checked by the Llama members' run of
+    tokenizer stay, every model is made again (the family is a setting of every model job): the member,
+    M_0 and one arm (one method grown from one member here: every operator's Llama form is checked for
+    exactness in tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the
+    comparison and the report of Llama models are checked by the Llama members' run of
     test_the_workflow_grows_pretrained_llama_members (up to the report's first page)."""
     wd = copy_run(tiny_run, tmp_path / "wf")
-    (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
-    refined = "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
+    (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[hyperclone, zero_block]]\nn: [1]\n" + FAST)
+    refined = "refined/hyperclone+zero_block/d16_L1_to_d32_L2/n1/t24000_lr0.003/s0"
     kinds = ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0", refined)
     proc = run_snakemake(wd, *(f"results/tiny/models/{kind}/model.safetensors" for kind in kinds[1:]),
                          "--cores", "2", "--configfile", str(TINY), "llama.yaml")
     assert "fit_tokenizer" not in proc.stdout + proc.stderr
-    # both members, M_0 and the one arm of the overlay's methods (not tiny.yaml's two), nothing else
-    assert job_counts(proc.stderr) == {"train_small": 2, "train_baseline": 1, "grow": 1, "refine": 1}, proc.stderr
+    # the member, M_0 and the one arm of the overlay's methods (not tiny.yaml's two), nothing else
+    assert job_counts(proc.stderr) == {"train_small": 1, "train_baseline": 1, "grow": 1, "refine": 1}, proc.stderr
     for kind in kinds:
         folder = wd / "results" / "tiny" / "models" / kind
         model = AutoModelForCausalLM.from_pretrained(folder)
         assert type(model) is LlamaForCausalLM and model.config.num_key_value_heads * 2 == \
             model.config.num_attention_heads
-    # the grown model started where its members' logit average was (concat is exact in Llama too), and
+    # the grown model started where its member was (hyperclone is exact in Llama too), and
     # learned: its last validation loss below its first (the comparison's m1_final_val_loss and
     # m1_step0_val_loss are these two)
     ledger = list(csv.DictReader(open(wd / "results" / "tiny" / "models" / refined / "ledger.csv")))
