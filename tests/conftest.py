@@ -254,15 +254,16 @@ def code_digest() -> str:
 
 def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, files: dict[str, str] | None = None,
                  start_from: Path | None = None, remove: tuple[str, ...] = (),
-                 copies: dict[str, str] | None = None) -> Path:
+                 copies: dict[str, str] | None = None, make=None) -> Path:
     """A real run made once for the whole session and shared by every test that asks for the same one: a copy
     of the workflow (or of the finished run `start_from`, less the paths `remove`), `files` written into it
-    (overlays), `copies` made in it ({destination: source}, paths in the folder; file dates kept), then each
-    Snakemake command in turn (each must succeed; the output of command i is in
-    `run_output(folder, i)`).
+    (overlays), `copies` made in it ({destination: source}, paths in the folder; file dates kept), what the
+    function `make` writes into it given the folder (files made in code: members' weights), then each
+    Snakemake command in turn (each must succeed; what command i printed, its standard output then its
+    standard error, is in `run_output(folder, i)`: a run's plan, said as it starts, is in the latter).
 
     It is keyed by what makes it: the commands, the files' text, the config files a command names, what it
-    starts from and the code (`code_digest`): two fixtures asking for the same run share one. The tests run
+    starts from, `make`'s name and the code (`code_digest`): two fixtures asking for the same run share one. The tests run
     in pytest-xdist workers (a file per worker, `--dist loadfile`): the first worker that needs the run makes
     it in the folder all workers share, under a file lock; the others wait for it and reuse it. A run that
     failed is not tried again: every test that asks for it fails, naming the first failure. The tests only
@@ -271,8 +272,8 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
     import fcntl
 
     files = files or {}
-    key = hashlib.sha256(json.dumps([commands, files, str(start_from), code_digest(), *([copies] if copies else [])])
-                         .encode())
+    key = hashlib.sha256(json.dumps([commands, files, str(start_from), code_digest(), *([copies] if copies else []),
+                                     *([f"{make.__module__}.{make.__qualname__}"] if make else [])]).encode())
     for word in (w for command in commands for w in command if w.endswith((".yaml", ".yml"))):
         if Path(word).is_file():  # a config file outside the run's folder (tests/config/tiny.yaml)
             key.update(Path(word).read_bytes())
@@ -304,8 +305,11 @@ def finished_run(tmp_path_factory, name: str, commands: list[list[str]], *, file
                     (wd / file).write_text(text)
                 for dest, source in (copies or {}).items():
                     shutil.copytree(wd / source, wd / dest, symlinks=True)
+                if make is not None:
+                    make(wd)
                 for i, command in enumerate(commands):
-                    run_output(wd, i).write_text(run_snakemake(wd, *command).stdout)
+                    proc = run_snakemake(wd, *command)
+                    run_output(wd, i).write_text(proc.stdout + proc.stderr)
             except BaseException as err:
                 failed.write_text(f"{type(err).__name__}: {err}"[-20000:])
                 raise
@@ -326,11 +330,13 @@ def tiny_run(tmp_path_factory) -> Path:
                         ["--cores", "1", "--configfile", str(TINY), "--report", "results/tiny/report.html"]])
 
 
-# The second experiment of `tiny2_run`: the tutorial's operator and refiner beside msg with teachers, the members
-# branching from one shared trunk, each on its own cluster of books; no profiling, no control arms.
+# The second experiment of `tiny2_run`: the tutorial's operator refined with teachers and its refiner after msg
+# beside [merge, msg], the members branching from one shared trunk, each on its own cluster of books; no
+# profiling, no control arms. Three arms, each with what the tests read of it: the plugin operator and the
+# teachers (both use the two members) share one, and msg alone is the arm that uses m_1 only.
 TINY2 = """\
 experiment: tiny2
-methods: [[merge, msg], [msg, teach], average_then_grow, [msg, smooth_labels]]
+methods: [[merge, msg], [average_then_grow, teach], [msg, smooth_labels]]
 members: {data: clusters, shards: 2, trunk: 0.5}
 grow: {plugins: [examples/average_then_grow.py, examples/smooth_labels.py]}
 controls: {single_member: false, ensemble: false}
@@ -351,6 +357,25 @@ def tiny2_run(tiny_run, tmp_path_factory) -> Path:
                         files={"tiny2.yaml": TINY2}, start_from=tiny_run,
                         copies={f"results/tiny2/{p}": f"results/tiny/{p}"
                                 for p in ("corpus", "tokenizer", "tokens", "models/baseline")})
+
+
+@pytest.fixture(scope="session")
+def pretrained_run(tiny_run, tmp_path_factory) -> Path:
+    """Two Llama members brought to the tiny experiment (tests/test_pretrained.py's `pretrained_overlay`: of
+    width 32, not the config's d0, grown to width 64 by msg from member 1 and by [concat, zero_block] from
+    both), run in a copy of the shared tiny run that keeps its corpus only, up to the report's first page and
+    the six token files (what its command printed, which says what ran: `run_output(folder, 0)`). The members
+    lie in the run's folder and the config names them by relative paths, so a copy of the run (`copy_run`) is
+    a finished run of its own copy of them. Read by the Llama members' test (tests/test_pretrained.py) and,
+    in copies that change the members, by the members-known-by-content test (tests/test_identity.py): one run
+    serves both."""
+    from test_pretrained import PRETRAINED_TARGETS, make_pretrained, pretrained_overlay
+
+    made = ("tokenizer", "tokens", "models", "checkpoints", "eval", "report", "profile", "live")
+    return finished_run(tmp_path_factory, "pretrained", [[*PRETRAINED_TARGETS, "--cores", "2", "--configfile",
+                                                          str(TINY), "pre.yaml"]],
+                        files={"pre.yaml": pretrained_overlay()}, start_from=tiny_run,
+                        remove=tuple(f"results/tiny/{p}" for p in made), make=make_pretrained)
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from conftest import TINY, copy_workflow, finished_run, job_counts, plan, planned_counts, run_output, run_snakemake
+from conftest import TINY, copy_workflow, finished_run, job_counts, plan, planned_counts, run_output
 
 WSD = """\
 train:
@@ -29,25 +29,24 @@ profile: {tools: []}
 def wsd_run(tiny_run, tmp_path_factory):
     """The tiny experiment's large jobs under wsd, in a copy of the finished tiny run less its large models: its
     corpus, tokenizer, token files and members (still under the cosine) are the tiny run's; M_0 and the
-    refinement train again. (The plan before the run, and the run.)"""
+    refinement train again. (The run, and the plan it said as it started.)"""
     made = ("models/baseline", "models/grown", "models/refined", "checkpoints", "report", "profile", "live")
-    wd = finished_run(tmp_path_factory, "wsd", [["-n", "--configfile", str(TINY), "wsd.yaml"],
-                      ["--cores", "2", "--configfile", str(TINY), "wsd.yaml"]], files={"wsd.yaml": WSD},
+    wd = finished_run(tmp_path_factory, "wsd", [["--cores", "2", "--configfile", str(TINY), "wsd.yaml"]],
+                      files={"wsd.yaml": WSD},
                       start_from=tiny_run, remove=tuple(f"results/tiny/{folder}" for folder in made))
     return wd, run_output(wd, 0).read_text()
 
 
 def test_every_large_job_has_a_cooldown_per_point_and_a_finished_run_is_done(wsd_run):
-    wd, plan = wsd_run
-    counts = job_counts(plan)
+    wd, said = wsd_run
+    counts = job_counts(said)
     assert counts["cooldown_baseline"] == 2 and counts["cooldown_refine"] == 2  # 0.35, 0.7
     results = wd / "results" / "tiny"
     for model in (results / "models" / "baseline").glob("*/*/s0"):
         assert sorted(p.name for p in (model / "branches").iterdir()) == ["b35", "b70"]
         for b in (model / "branches").iterdir():
             assert not (b / "state").exists()  # temporary: gone once its cooldown read it
-    again = run_snakemake(wd, "-n", "--configfile", str(TINY), "wsd.yaml")
-    assert "Nothing to be done" in again.stdout + again.stderr
+    assert plan(wd, configfiles=(TINY, "wsd.yaml")) == (None, [])  # nothing to be done (in this process)
 
 
 def test_a_branch_is_the_shorter_wsd_run_sharing_the_full_runs_steps(wsd_run):

@@ -24,12 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from collections import Counter
 
-from conftest import REPO, SNAKEMAKE, TINY, plan, planned_counts, run_snakemake
-from test_pretrained import FAST, members, members_in_tiny_copy
+from conftest import REPO, SNAKEMAKE, TINY, copy_run, plan, planned_counts, run_output, run_snakemake
+from test_pretrained import PRETRAINED, PRETRAINED_TARGETS, members, pretrained_overlay
 
 
 def _put_back_with_old_dates(path: Path, data: bytes, stat: os.stat_result) -> None:
@@ -49,44 +48,29 @@ def _perturbed(path: Path) -> bytes:
 
 
 @pytest.mark.slow
-def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
-    """Two GPT-2 members of width 32 brought to the tiny experiment (M_1 of width 64, one arm of msg and one of
-    concat), in a copy of the shared tiny run that keeps its corpus (test_pretrained's members_in_tiny_copy):
-    the run goes up to the report's first page (summary.rst, after the comparison) and the six token files, and
-    every plan below asks for those (planned in this process, conftest's `plan`). The run is also GPT-2's
-    members' run (test_pretrained runs Llama's): the corpus is encoded with the members' tokenizer, M_0 and the
-    arms are GPT-2 models of the members' vocabulary, and no member is trained."""
-    wd = members_in_tiny_copy(tiny_run, tmp_path / "wf")
-    mine = members(wd / "mine", "gpt2", d=32)
-    (wd / "pre.yaml").write_text(
-        f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
-    tokens = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
-    args = ["results/tiny/report/summary.rst", *tokens, "--cores", "2", "--configfile", str(TINY), "pre.yaml"]
-    proc = run_snakemake(wd, *args)
+def test_members_are_known_by_content_not_by_date(pretrained_run, tmp_path):
+    """Two Llama members of width 32 brought to the tiny experiment (M_1 of width 64, one arm of msg and one of
+    concat): a copy of the shared run `pretrained_run` (tests/conftest.py; its members in its folder, named by
+    relative paths), which went up to the report's first page (summary.rst, after the comparison) and the six
+    token files, and every plan below asks for those (planned in this process, conftest's `plan`). What the
+    run made of the members (their family, vocabulary and tokenizer, no member trained) is test_pretrained's;
+    here, what the report says of them, and what reruns when they change."""
+    wd = copy_run(pretrained_run, tmp_path / "wf")
+    mine = [str(wd / m) for m in PRETRAINED]
+    out = run_output(pretrained_run, 0).read_text()
     # the config's d0 (tiny.yaml: 16) gives way to the members' own width, said before any job
     assert ("growlm: warning: d0 = 16 of the config is overridden by the members' own shape (members.pretrained: "
-            "width 32, 1 layer)") in proc.stderr
-    out = proc.stdout + proc.stderr
-    assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; the corpus kept
-    member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
-    for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0",
-                 "refined/concat+zero_block/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
-        model = AutoModelForCausalLM.from_pretrained(wd / "results/tiny/models" / kind)
-        assert type(model) is GPT2LMHeadModel and model.config.vocab_size == member_vocab, kind
-    tokenizer = json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text())
-    assert tokenizer == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
-    assert not (wd / "results/tiny/models/small").exists()  # no member trained
+            "width 32, 1 layer)") in out
     # the report describes the members as they are: their shape, where they came from, their cost not stated
     first_page = (wd / "results/tiny/report/summary.rst").read_text()
-    assert "starts from 2 members trained elsewhere (gpt2, width 32, 1 layer;" in first_page, first_page
-    assert f"{mine[0]}; {mine[1]}; saved in float32" in first_page
+    assert "starts from 2 members trained elsewhere (llama, width 32, 1 layer;" in first_page, first_page
+    assert f"{PRETRAINED[0]}; {PRETRAINED[1]}; saved in float32" in first_page
     assert "their cost not stated: ratios with the members free" in first_page
     rows = list(csv.DictReader(open(wd / "results/tiny/eval/comparison.csv")))
     assert {r["members_origin"] for r in rows} == {"trained elsewhere"} and all(r["wall_ratio"] == "" for r in rows)
 
     def would_run(*targets: str) -> Counter:
-        return planned_counts(wd, configfiles=(TINY, "pre.yaml"),
-                              targets=targets or ["results/tiny/report/summary.rst", *tokens])
+        return planned_counts(wd, configfiles=(TINY, "pre.yaml"), targets=targets or PRETRAINED_TARGETS)
 
     m1, m2 = Path(mine[0]) / "model.safetensors", Path(mine[1]) / "model.safetensors"
     original, stat1, original2 = m1.read_bytes(), m1.stat(), m2.read_bytes()
@@ -120,8 +104,7 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     # would import member 2 again otherwise)
 
     def configure(items: list[str], extra: str = "") -> None:
-        (wd / "pre.yaml").write_text(f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: "
-                                     f"{{pretrained: {json.dumps(items)}{extra}}}\n" + FAST)
+        (wd / "pre.yaml").write_text(pretrained_overlay(items, extra))
 
     # member 1 linked from elsewhere, member 2 moved, their content the same: nothing is imported, grown or
     # trained again; only the comparison (which says where the members are) is made again
@@ -150,11 +133,11 @@ def test_members_are_known_by_content_not_by_date(tiny_run, tmp_path):
     assert jobs.get("import_member") == 2 and jobs.get("member_tokenizer") == 1 and jobs.get("encode_split") == 6 \
         and jobs.get("train_baseline") == 1 and jobs.get("refine") == 2, jobs
 
-    # both members replaced in place by Llama members of another tokenizer: the run remakes the tokenizer, the
+    # both members replaced in place by GPT-2 members of another tokenizer: the run remakes the tokenizer, the
     # token files and M_0 like them (the baseline of every arm), not only the members' imports and the arms
-    # (what such a run makes, Llama models of the members' vocabulary, is test_pretrained's Llama run)
-    llama = members(wd / "llama", "llama", d=32, vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
-    for src, folder in zip(llama, (Path(mine[0]), moved)):
+    # (what such a run makes, GPT-2 models of the members' vocabulary, is test_offline's run of GPT-2 members)
+    gpt2 = members(wd / "gpt2", "gpt2", d=32, vocab_book="pg14642_mcguffey_eclectic_primer.txt", vocab=350)
+    for src, folder in zip(gpt2, (Path(mine[0]), moved)):
         shutil.rmtree(folder)
         shutil.copytree(src, folder)
     targets = ["results/tiny/models/baseline/d64_L2/t24000_lr0.003/s0/model.safetensors",

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from conftest import SNAKEMAKE, TINY
 from test_pretrained import FAST, members
@@ -96,7 +97,8 @@ def test_prepare_then_run_offline(tiny_run, tmp_path):
                  "benchmarks"):
         shutil.rmtree(wd / "results" / "tiny" / made, ignore_errors=True)
     hf = tmp_path / "hf"
-    for i, folder in enumerate(members(tmp_path / "mine", "gpt2")):
+    mine = members(tmp_path / "mine", "gpt2")
+    for i, folder in enumerate(mine):
         into_hub_cache(hf, f"someone/tiny-member-{'ab'[i]}", folder)
     task = wd / "my_task"
     task.mkdir()
@@ -132,6 +134,15 @@ def test_prepare_then_run_offline(tiny_run, tmp_path):
     for job in ("checkpoint encode_split", "rule train_baseline", "rule grow", "rule refine", "rule evaluate_model"):
         assert job in out, job
     assert all((wd / target).is_file() for target in targets)
+    # GPT-2 members make GPT-2 models of their vocabulary, on their own tokenizer, and no member is trained
+    # (Llama members': tests/test_pretrained.py)
+    member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
+    for model in ("baseline/d32_L2/t24000_lr0.003/s0", "refined/msg/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
+        loaded = AutoModelForCausalLM.from_pretrained(wd / "results/tiny/models" / model)
+        assert type(loaded) is GPT2LMHeadModel and loaded.config.vocab_size == member_vocab, model
+    tokenizer = json.loads((wd / "results/tiny/tokenizer/tokenizer.json").read_text())
+    assert tokenizer == json.loads(Path(mine[0], "tokenizer.json").read_text())
+    assert not (wd / "results/tiny/models/small").exists()
     logs = "".join(p.read_text() for p in (wd / "results/tiny/logs").rglob("*.log"))
     assert "Retrying" not in logs and "huggingface.co" not in logs
 

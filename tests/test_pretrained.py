@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from conftest import REPO, TINY, copy_run, job_counts, plan, planned_counts, run_snakemake
+from conftest import REPO, TINY, copy_run, job_counts, plan, planned_counts, run_output, run_snakemake
 from growlm.model import build_model, save_model
 from growlm.tokenizer import fit_tokenizer
 
@@ -46,26 +46,26 @@ def rows(wd: Path, experiment: str) -> list[dict]:
 @pytest.mark.slow
 def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     """The tiny experiment's models again in the Llama family, in a copy of its GPT-2 run: the corpus and
-    tokenizer stay, every model is made again (the family is a setting of every model job): the members,
-    M_0 and one arm (one method here: every operator's Llama form is checked for exactness in
-    tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the comparison
-    and the report of Llama models are checked by the Llama members' run of
+    tokenizer stay, every model is made again (the family is a setting of every model job): the member,
+    M_0 and one arm (one method grown from one member here: every operator's Llama form is checked for
+    exactness in tests/test_families.py). The run asks for M_0 and the arm's M_1 only: the evaluations, the
+    comparison and the report of Llama models are checked by the Llama members' run of
     test_the_workflow_grows_pretrained_llama_members (up to the report's first page)."""
     wd = copy_run(tiny_run, tmp_path / "wf")
-    (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[concat, zero_block]]\n" + FAST)
-    refined = "refined/concat+zero_block/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"
+    (wd / "llama.yaml").write_text("model: {family: llama}\nmethods: [[hyperclone, zero_block]]\nn: [1]\n" + FAST)
+    refined = "refined/hyperclone+zero_block/d16_L1_to_d32_L2/n1/t24000_lr0.003/s0"
     kinds = ("small/d16_L1/s0/m1", "baseline/d32_L2/t24000_lr0.003/s0", refined)
     proc = run_snakemake(wd, *(f"results/tiny/models/{kind}/model.safetensors" for kind in kinds[1:]),
                          "--cores", "2", "--configfile", str(TINY), "llama.yaml")
     assert "fit_tokenizer" not in proc.stdout + proc.stderr
-    # both members, M_0 and the one arm of the overlay's methods (not tiny.yaml's two), nothing else
-    assert job_counts(proc.stderr) == {"train_small": 2, "train_baseline": 1, "grow": 1, "refine": 1}, proc.stderr
+    # the member, M_0 and the one arm of the overlay's methods (not tiny.yaml's two), nothing else
+    assert job_counts(proc.stderr) == {"train_small": 1, "train_baseline": 1, "grow": 1, "refine": 1}, proc.stderr
     for kind in kinds:
         folder = wd / "results" / "tiny" / "models" / kind
         model = AutoModelForCausalLM.from_pretrained(folder)
         assert type(model) is LlamaForCausalLM and model.config.num_key_value_heads * 2 == \
             model.config.num_attention_heads
-    # the grown model started where its members' logit average was (concat is exact in Llama too), and
+    # the grown model started where its member was (hyperclone is exact in Llama too), and
     # learned: its last validation loss below its first (the comparison's m1_final_val_loss and
     # m1_step0_val_loss are these two)
     ledger = list(csv.DictReader(open(wd / "results" / "tiny" / "models" / refined / "ledger.csv")))
@@ -74,51 +74,64 @@ def test_the_tiny_workflow_runs_in_the_llama_family(tiny_run, tmp_path):
     assert losses[-1] < losses[0]
 
 
-def members_in_tiny_copy(tiny_run: Path, dest: Path) -> Path:
-    """A copy of the shared tiny run that keeps its corpus only (the bundled books, prepared): the tokenizer,
-    the token files and every model are made again from members brought to the tiny experiment."""
-    return copy_run(tiny_run, dest, tiny=("tokenizer", "tokens", "models", "checkpoints", "eval", "report",
-                                          "profile", "live"))
+# The members of the shared run `pretrained_run` (tests/conftest.py): two Llama members of width 32 in the run's
+# folder, named by relative paths (a copy of the run finds its own copy of them), grown to width 64 (the config's
+# d0 is 16: the members' shape overrides it) by msg from member 1 and by [concat, zero_block] from both.
+PRETRAINED = ["./mine/m1", "./mine/m2"]
+TOKENS = [f"results/tiny/tokens/level{level}/{split}.npy" for level in (0, 1) for split in ("train", "val", "test")]
+PRETRAINED_TARGETS = ("results/tiny/report/summary.rst", *TOKENS)  # the report's first page and every token file
+
+
+def pretrained_overlay(items=PRETRAINED, extra: str = "") -> str:
+    """The overlay of `pretrained_run` (pre.yaml) with the members `items` and more keys of `members` (`extra`)."""
+    return (f"d1: [64]\nmethods: [msg, [concat, zero_block]]\nmembers: {{pretrained: {json.dumps(items)}{extra}}}\n"
+            + FAST)
+
+
+def make_pretrained(wd: Path) -> list[str]:
+    """The members of `pretrained_run`, made in its folder."""
+    return members(wd / "mine", "llama", d=32)
 
 
 @pytest.mark.slow
-def test_the_workflow_grows_pretrained_llama_members(tiny_run, tmp_path):
+def test_the_workflow_grows_pretrained_llama_members(pretrained_run, tmp_path):
     """Llama members with unknown cost (the comparison reports the members-free ratio and says the cost
     is not counted), then with a stated cost (counted): the corpus is encoded with the members' tokenizer
-    and M_0 and M_1 are of the members' family and vocabulary. In a copy of the shared tiny run less its
-    tokenizer, tokens and models (its corpus kept), up to the report's first page (its words on the members'
-    cost are checked); then the cost stated makes the comparison alone again. GPT-2 members' run, with the
-    same checks of family, vocabulary and tokenizer, is test_identity's test_members_are_known_by_content_not_by_date."""
+    and M_0 and M_1 are of the members' family and vocabulary. The shared run `pretrained_run` (a copy of the
+    shared tiny run less its tokenizer, tokens and models, its corpus kept, up to the report's first page:
+    its words on the members' cost are checked); then, in a copy of it, the cost stated makes the comparison
+    alone again. GPT-2 members' family, vocabulary and tokenizer are checked by tests/test_offline.py's run of
+    GPT-2 members from the Hub's cache; what the members are known by, in copies of this run, by
+    tests/test_identity.py's test_members_are_known_by_content_not_by_date."""
     experiment = "tiny"  # the shared run's: its corpus is reused
     res = f"results/{experiment}"
 
-    wd = members_in_tiny_copy(tiny_run, tmp_path / "pre_llama")
-    mine = members(wd / "mine_llama", "llama")
-    (wd / "pre.yaml").write_text(f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}}}\n" + FAST)
-    args = ["--cores", "2", "--configfile", str(TINY), "pre.yaml"]
-    proc = run_snakemake(wd, f"{res}/report/summary.rst", *args)
-    out = proc.stdout + proc.stderr
+    wd = pretrained_run
+    mine = [str(wd / m) for m in PRETRAINED]
+    out = run_output(wd, 0).read_text()
     assert "member_tokenizer" in out and "prepare_source" not in out  # the members' tokenizer; corpus kept
     member_vocab = json.loads(Path(mine[0], "config.json").read_text())["vocab_size"]
-    for kind in ("baseline/d32_L2/t24000_lr0.003/s0", "refined/msg/d16_L1_to_d32_L2/n2/t24000_lr0.003/s0"):
+    for kind in ("baseline/d64_L2/t24000_lr0.003/s0", "refined/msg/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0",
+                 "refined/concat+zero_block/d32_L1_to_d64_L2/n2/t24000_lr0.003/s0"):
         model = AutoModelForCausalLM.from_pretrained(wd / res / "models" / kind)
         assert type(model) is LlamaForCausalLM and model.config.vocab_size == member_vocab, kind
     tok = json.loads((wd / res / "tokenizer" / "tokenizer.json").read_text())
     assert tok == json.loads(Path(mine[0], "tokenizer.json").read_text())  # the members' own
     assert not (wd / res / "models" / "small").exists()  # no member trained
 
-    (row,) = rows(wd, experiment)
-    assert row["method"] == "msg"
+    arms = {r["method"]: r for r in rows(wd, experiment)}
+    assert set(arms) == {"msg", "concat+zero_block"}
+    row = arms["msg"]
     report = (wd / res / "report" / "summary.rst").read_text()
     assert row["members_cost"] == "unknown" and row["cost_ratio"] == "" and row["small_flops"] == ""
     assert float(row["cost_ratio_small_free"] or "nan") > 0 or row["reached"] == "False"
     assert "the members' own training cost is not counted" in report or "did not reach" in report
     # their cost stated: counted, and only the comparison is made again (no import, model or token file)
-    (wd / "pre.yaml").write_text(
-        f"methods: [msg]\nmembers: {{pretrained: {json.dumps(mine)}, cost: {{tokens: 50000}}}}\n" + FAST)
-    proc = run_snakemake(wd, f"{res}/eval/comparison.csv", *args)
+    wd = copy_run(pretrained_run, tmp_path / "stated")
+    (wd / "pre.yaml").write_text(pretrained_overlay(extra=", cost: {tokens: 50000}"))
+    proc = run_snakemake(wd, f"{res}/eval/comparison.csv", "--cores", "2", "--configfile", str(TINY), "pre.yaml")
     assert job_counts(proc.stderr) == {"compare": 1}, proc.stderr[-3000:]
-    (row,) = rows(wd, experiment)
+    row = {r["method"]: r for r in rows(wd, experiment)}["msg"]
     assert row["members_cost"] == "stated"
     assert float(row["small_flops"]) > 0  # 2 members x 50,000 tokens x their FLOPs per token
 

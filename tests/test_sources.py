@@ -273,15 +273,16 @@ def write_own_corpus(wd: Path) -> Path:
 @pytest.mark.slow
 def test_three_named_levels_from_your_own_data_run_end_to_end(tmp_path):
     """The tiny experiment on three levels of one's own (write_own_corpus) through to its comparison and the
-    report's table of the corpus: every source read, each level built and encoded, the members trained on
-    their two levels, the grown model refined and every model evaluated on all three. One method, no
-    profiling, no control arms, and none of the report's other figures and tables (they read only the
-    comparison's files): the corpus is what is tested here."""
+    report's table of the corpus: every source read, each level built and encoded, the member trained on
+    its two levels, the grown model refined and every model evaluated on all three. One member and a
+    single-source method (a second member would train on the same two levels again), no profiling, no
+    control arms, and none of the report's other figures and tables (they read only the comparison's
+    files): the corpus is what is tested here."""
     wd = copy_workflow(tmp_path / "wf")
     overlay = write_own_corpus(wd)
     tiny = wd / "tests" / "config" / "tiny.yaml"
     fast = wd / "fast.yaml"
-    fast.write_text("methods: [[concat, zero_block]]\nprofile: {tools: []}\n"
+    fast.write_text("methods: [[hyperclone, zero_block]]\nn: [1]\nprofile: {tools: []}\n"
                     "controls: {single_member: false, ensemble: false}\n")
     run_snakemake(wd, "results/tiny/eval/comparison.csv", "results/tiny/report/corpus_stats.html",
                   "--cores", "2", "--configfile", str(tiny), str(overlay), str(fast))
@@ -289,7 +290,7 @@ def test_three_named_levels_from_your_own_data_run_end_to_end(tmp_path):
     assert "readers" in comparison.splitlines()[1]  # test_level
     metrics = json.loads((wd / "results/tiny/eval/small/d16_L1/s0/m1/metrics.json").read_text())
     assert set(metrics["levels"]) == {"primer", "stories", "readers"}
-    # the members train on both of their levels, one file after the other
+    # the member trains on both of its levels, one file after the other
     mix = wd / "results" / "tiny" / "tokens" / "levelprimer+stories" / "train.npy"
     spans = token_sources(mix)
     assert set(spans) == {"primer_a", "primer_b", "fables"} and load_tokens(mix).size == max(v[1] for v in spans.values())
