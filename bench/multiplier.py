@@ -190,7 +190,8 @@ def per_arm(per_seed: pd.DataFrame) -> pd.DataFrame:
     g = per_seed.groupby(["budget", "arm"], sort=False)
     first = ["tokens_per_param", "m0_passes", "multiplier", "multiplier_low", "multiplier_high", "multiplier_free",
              "multiplier_free_low", "multiplier_free_high", "saving", "extrapolated", "extrapolation_factor",
-             "m0_fit_E", "m0_fit_A", "m0_fit_alpha", "m0_points", "m0_seeds", "m1_seeds", "interval_method"]
+             "m0_fit_E", "m0_fit_A", "m0_fit_alpha", "m0_points", "m0_seeds", "m1_seeds", "interval_method",
+             "members_passes"]
     table = g.agg(**{c: (c, "first") for c in first if c in per_seed},
                   seeds=("seed", "nunique"),
                   small_flops=("small_flops", "first"), m0_flops=("m0_flops", "first"),
