@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from growlm.envelope import finished_reach
 from growlm.errors import GrowlmError
@@ -107,6 +108,24 @@ def test_the_multiplier_of_noiseless_curves_is_exact_and_flags_extrapolation():
     assert inside["m0_fit_E"] == pytest.approx(3.0, rel=1e-5) and inside["m0_fit_alpha"] == pytest.approx(0.35, rel=1e-5)
     assert (inside["m0_points"], inside["m0_seeds"], inside["m1_seeds"]) == (15, 3, 3)
     assert inside["multiplier_low"] == pytest.approx(1.6, rel=1e-4) == inside["multiplier_high"]  # no spread
+    # the evaluation's error, shared by the seeds, carried through the curve's slope at M_1's loss: with no spread
+    # over seeds the interval is exactly log m +- t_{windows - 1} eval_se / (alpha (L_1 - E))
+    evaluated = arm_multiplier(m0, m1, n_boot=50, eval_se=0.01, eval_windows=200)
+    half = stats.t.ppf(0.975, 199) * 0.01 / (0.35 * (float(m1["loss"].iloc[0]) - 3.0))
+    assert math.log(evaluated["multiplier_high"] / 1.6) == pytest.approx(half, rel=1e-3)
+    assert math.log(1.6 / evaluated["multiplier_low"]) == pytest.approx(half, rel=1e-3)
+    assert evaluated["multiplier"] == inside["multiplier"] and evaluated["eval_se"] == 0.01
+    assert "the evaluation's SE 0.0100 over 200 windows, df 199.0" in evaluated["interval_method"]
+    # with spread over seeds, the evaluation's error only widens the interval (its windows do not raise the df)
+    noisy = m1.assign(loss=m1["loss"] + np.array([-0.01, 0.0, 0.012]))
+    seeds_only = arm_multiplier(m0, noisy, n_boot=200)
+    both = arm_multiplier(m0, noisy, n_boot=200, eval_se=0.001, eval_windows=200)
+    assert both["multiplier_low"] < seeds_only["multiplier_low"] and both["multiplier_high"] > seeds_only["multiplier_high"]
+    assert seeds_only["interval_method"].split("df ")[1] == both["interval_method"].split("df ")[1]
+    with pytest.raises(GrowlmError, match="eval_se needs the number of windows"):
+        arm_multiplier(m0, m1, n_boot=50, eval_se=0.01)
+    with pytest.raises(GrowlmError, match="must be a standard error"):
+        arm_multiplier(m0, m1, n_boot=50, eval_se=-0.01, eval_windows=200)
     per_seed = seed_multipliers(fit_power_law(m0["flops"], m0["loss"]), m1)
     assert list(per_seed.columns) == ["seed", "loss", "flops", "flops_free", "m0_flops", "multiplier", "multiplier_free"]
     assert np.allclose(per_seed["multiplier"], 1.6, rtol=1e-5) and np.allclose(per_seed["m0_flops"], 0.8 * U, rtol=1e-5)

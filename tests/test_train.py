@@ -415,6 +415,33 @@ def test_the_last_evaluation_reads_the_final_tokens_with_its_standard_error(tmp_
     assert summary["final_eval_s"] > 0 and summary["wall_s"] == pytest.approx(float(last["wall_s"]), abs=0.5)
 
 
+def test_window_losses_compare_two_models_on_the_same_windows(tmp_path):
+    """`window_losses` reads the windows a run's last evaluation reads, each window's sum as one window read alone
+    gives it; a model against itself differs by exactly 0 with no error, and two close models (one slightly
+    perturbed) differ with a paired standard error far under either loss's own (what the windows share cancels)."""
+    from growlm.loss import mean_and_se, window_losses
+
+    val = tokens(5000, seed=1)
+    a = tiny_model()  # trained, so that windows differ in difficulty (the noise tokens in them), as in real text
+    train(a, tokens(), val, cfg(), ckpt_dir=tmp_path / "ck", ledger_path=tmp_path / "l.csv", log=lambda s: None)
+    a.eval()
+    b = tiny_model().eval()
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.003)
+    sa, sb = window_losses(a, val, context=T, batch_size=8), window_losses(b, val, context=T, batch_size=8)
+    n_win = 312  # every whole window of the 5,000-token split
+    assert sa.shape == (n_win,) and sa.dtype == np.float64
+    assert sa == pytest.approx(_window_losses(a, val, n_win), rel=1e-5)
+    counts = np.full(n_win, T)
+    assert mean_and_se(sa - sa, counts) == (0.0, 0.0)
+    diff, paired_se = mean_and_se(sb - sa, counts)
+    assert diff == pytest.approx(mean_and_se(sb, counts)[0] - mean_and_se(sa, counts)[0], abs=1e-12)
+    assert 0 < paired_se < 0.2 * min(mean_and_se(sa, counts)[1], mean_and_se(sb, counts)[1])
+    assert window_losses(a, val, context=T, batch_size=8, max_tokens=1024).shape == (64,)
+
+
 def test_a_negative_final_eval_tokens_is_named():
     with pytest.raises(GrowlmError, match="final_eval_tokens must be 0 .the whole validation split. or a number"):
         cfg(final_eval_tokens=-1).validate()

@@ -5,7 +5,8 @@ plain `GPT2LMHeadModel` in fp32, it computes the LM head and the loss together i
 (`FusedHeadCrossEntropy`) and never materialises the logits; elsewhere it is the model's logits
 and `F.cross_entropy`. `evaluate` gives held-out loss (nats/token), perplexity and next-token
 accuracy over non-overlapping windows of a token split (the test metrics); `validation_loss` the loss the
-training loop records at each evaluation, with its standard error (`mean_and_se`, windows as blocks).
+training loop records at each evaluation, with its standard error (`mean_and_se`, windows as blocks);
+`window_losses` each window's summed loss, to compare two models on the same windows.
 """
 
 from __future__ import annotations
@@ -195,6 +196,23 @@ def evaluate(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_
     loss = total_loss / total
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": total_correct / total,
             "tokens": total}
+
+
+@torch.no_grad()
+def window_losses(model: torch.nn.Module, tokens: np.ndarray, *, context: int, batch_size: int = 16,
+                  max_tokens: int | None = None, device: str = "cpu") -> np.ndarray:
+    """Each window's summed token loss (float64), over the windows `validation_loss` reads for `max_tokens` (None:
+    every whole window of the split, as a run's last evaluation reads it). Two models read on the same windows are
+    compared through these: `mean_and_se(window_losses(a, ...) - window_losses(b, ...), counts)` is the difference
+    of their losses with its standard error, in which what the windows share (a passage every model finds hard)
+    cancels, where each loss's own standard error keeps it."""
+    was_training = model.training
+    model.eval()
+    n_win = eval_windows(tokens, context=context, max_tokens=max_tokens)
+    windows = _scan(model, eval_batches(tokens, batch_size=batch_size, context=context, max_tokens=n_win * context),
+                    device)[3]
+    model.train(was_training)
+    return np.concatenate(windows)
 
 
 @torch.no_grad()

@@ -40,6 +40,15 @@ error of log m through the nonlinear fit, and the interval is built as a Welch t
 - log m +- t_{df} sqrt(u_0 + u_1), df from Welch-Satterthwaite: (u_0 + u_1)^2 / (u_0^2/(k_0-1) + u_1^2/(k_1-1));
 - the bounds are exponentiated back, so the interval is a ratio interval (asymmetric around m).
 
+The evaluation's error (`eval_se`). Every model reads the same validation windows, so the part of each loss's
+standard error that the windows share (a passage every model finds hard) cancels between M_1 and M_0. What is
+left, the standard error of M_1's loss minus M_0's read on the same windows (`growlm.loss.window_losses`, the
+windows' differences through `mean_and_se`), the seeds share too: more seeds do not shrink it and the bootstrap
+over seeds does not see it. Where it is given it is carried through the fit's slope at L_1 (dL/dln C = -alpha
+(L_1 - E), so ln C_0 moves by eval_se / (alpha (L_1 - E))) as a third variance u_e beside u_0 and u_1; the
+degrees of freedom stay the seeds' (`_welch`), so the interval only widens. On a small validation split it is not
+small.
+
 Log m is close to linear in the seeds' mean offsets (ln m ~ Delta L / (alpha (L - E))), so this is the two-sample
 t-interval of a difference of means, carried through the fit by the bootstrap. Measured on synthetic
 experiments (`tests/test_multiplier.py`'s: M_0 at 7 budgets with a seed offset of 0.01 and evaluation noise of
@@ -223,14 +232,18 @@ def _variance(values, k) -> float:
     return float(values.var(ddof=1)) * k / (k - 1)
 
 
-def _welch(log_m, u0, k0, u1, k1, level):
-    """(low, high, df): log_m +- t_{df} sqrt(u0 + u1), exponentiated; df by Welch-Satterthwaite."""
-    total = u0 + u1
+def _welch(log_m, u0, k0, u1, k1, level, ue=0.0, ke=math.inf):
+    """(low, high, df): log_m +- t_{df} sqrt(u0 + u1 + ue), exponentiated; df by Welch-Satterthwaite over the
+    seeds' variances u0 and u1 (ke - 1, the evaluation's windows, where the seeds vary not at all). The evaluation's
+    variance ue, read off hundreds of windows, would raise Satterthwaite's df and can so narrow the interval it
+    adds to; it is kept out of the df, so that an interval with it is never narrower than the seeds' alone."""
+    seeds = u0 + u1
+    total = seeds + ue
     if not (math.isfinite(log_m) and math.isfinite(total)):
         return math.nan, math.nan, math.nan
     if total == 0:
         return math.exp(log_m), math.exp(log_m), math.inf
-    df = total ** 2 / (u0 ** 2 / (k0 - 1) + u1 ** 2 / (k1 - 1))
+    df = seeds ** 2 / (u0 ** 2 / (k0 - 1) + u1 ** 2 / (k1 - 1)) if seeds > 0 else ke - 1
     half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(total)
     return math.exp(log_m - half), math.exp(log_m + half), df
 
@@ -242,7 +255,7 @@ def _saving(low, high) -> str:
 
 
 def arm_multiplier(m0_ends: pd.DataFrame, m1_finals: pd.DataFrame, *, n_boot: int = 2000, level: float = 0.95,
-                   seed: int = 0) -> dict:
+                   seed: int = 0, eval_se: float = 0.0, eval_windows: int | None = None) -> dict:
     """One arm's effective compute multiplier against M_0's fitted curve, with its interval (module docstring).
 
     m0_ends: M_0's finished runs, columns seed, flops, loss (every run end: cooldown-branch ends and full-run
@@ -250,8 +263,9 @@ def arm_multiplier(m0_ends: pd.DataFrame, m1_finals: pd.DataFrame, *, n_boot: in
     counted), flops_free (members free), loss (the seed's final loss). Returns the keys multiplier(_low,
     _high), multiplier_free(_low, _high), extrapolated, extrapolation_factor, m0_fit_E, m0_fit_A,
     m0_fit_alpha, m0_points, m0_seeds, m1_seeds, saving ('saving' where the interval lies above 1, 'no
-    measurable saving' where it holds 1, 'costs more' where it lies below 1, '' without an interval) and
-    interval_method."""
+    measurable saving' where it holds 1, 'costs more' where it lies below 1, '' without an interval),
+    interval_method and eval_se. eval_se: the standard error of the seeds' mean final loss minus M_0's, read on
+    the same `eval_windows` windows (module docstring); 0: the interval is over seeds alone."""
     if not (0 < level < 1):
         raise GrowlmError(f"arm_multiplier: level {level} must lie between 0 and 1 (0.95 for a 95% interval)")
     if int(n_boot) < 20:
@@ -263,16 +277,22 @@ def arm_multiplier(m0_ends: pd.DataFrame, m1_finals: pd.DataFrame, *, n_boot: in
     if len(bad):
         raise GrowlmError(f"m1_finals: seed(s) {', '.join(map(str, bad['seed']))} have no finite positive FLOPs "
                           "and final loss (a run that did not finish?)")
+    eval_se = float(eval_se)
+    if not (math.isfinite(eval_se) and eval_se >= 0):
+        raise GrowlmError(f"arm_multiplier: eval_se {eval_se} must be a standard error, 0 or more")
+    if eval_se > 0 and (eval_windows is None or int(eval_windows) < 2):
+        raise GrowlmError(f"arm_multiplier: eval_se needs the number of windows it was read over (2 or more), "
+                          f"not {eval_windows}")
     with threadpool_limits(1):
-        return _arm(m0, m1, int(n_boot), float(level), seed)
+        return _arm(m0, m1, int(n_boot), float(level), seed, eval_se, int(eval_windows or 0))
 
 
-def _arm(m0, m1, n_boot, level, seed) -> dict:
+def _arm(m0, m1, n_boot, level, seed, eval_se=0.0, eval_windows=0) -> dict:
     seeds0 = list(dict.fromkeys(m0["seed"]))
     k0, k1 = len(seeds0), len(m1)
     fit = _fit(m0["flops"], m0["loss"], HUBER_DELTA, None)
     out = {"m0_fit_E": fit.E, "m0_fit_A": fit.A, "m0_fit_alpha": fit.alpha, "m0_points": len(m0),
-           "m0_seeds": k0, "m1_seeds": k1}
+           "m0_seeds": k0, "m1_seeds": k1, "eval_se": eval_se}
     nan = {k: math.nan for k in ("multiplier", "multiplier_low", "multiplier_high", "multiplier_free",
                                  "multiplier_free_low", "multiplier_free_high", "extrapolation_factor")}
     if not fit.ok:
@@ -309,12 +329,16 @@ def _arm(m0, m1, n_boot, level, seed) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         log_c0_1 = np.log(c0_1)
     u0 = _variance(log_c0_draws, k0) if failed <= (1 - MIN_DRAWS) * n_boot else math.nan
+    # the evaluation's error, through the fit's slope at L_1: dL/dln C = -alpha (L_1 - E)
+    slope = fit.alpha * (loss1.mean() - fit.E)
+    ue = 0.0 if eval_se == 0 else (eval_se / slope) ** 2 if slope > 0 else math.nan
     low, high, df = _welch(log_m, u0, k0, _variance(log_c0_1 - np.log(flops1[draws1].mean(axis=1)), k1), k1,
-                           level)
+                           level, ue, eval_windows)
     low_f, high_f, _ = _welch(log_mf, u0, k0, _variance(log_c0_1 - np.log(free1[draws1].mean(axis=1)), k1), k1,
-                              level)
-    method = (f"{level:.0%} Welch t on log m, bootstrap SE over seeds ({n_boot} draws, {len(refits)} refits), "
-              f"df {df:.1f}")
+                              level, ue, eval_windows)
+    method = (f"{level:.0%} Welch t on log m, bootstrap SE over seeds ({n_boot} draws, {len(refits)} refits)"
+              + (f" and the evaluation's SE {eval_se:.4f} over {eval_windows} windows" if eval_se else "")
+              + f", df {df:.1f}")
     if not (low == low):
         why = ("fewer than 2 seeds in an arm" if min(k0, k1) < 2 else
                f"{failed} of {n_boot} refits refused" if failed > (1 - MIN_DRAWS) * n_boot else

@@ -240,7 +240,10 @@ def multiplier_columns(table: pd.DataFrame, m0_ends: pd.DataFrame | None, *, n_b
     (`m0_ends`: `arm_ends` rows with the arm's keys and the seed) are every run end of every budget: its full
     runs' and its cooldown branches'. M_1's FLOPs are its whole run's with what it is charged before its
     refinement: its members and growth (counted), or the growth alone (free). Where M_0 has fewer than three
-    finished runs of different FLOPs the fit is refused and the columns are empty (`m0_fit_why` says why)."""
+    finished runs of different FLOPs the fit is refused and the columns are empty (`m0_fit_why` says why). Where
+    `table` has the columns paired_se and paired_windows (the standard error of the arm's mean final loss minus
+    M_0's, read on the same windows, and their number: `bench/multiplier.py` reads them off the kept models), the
+    interval carries that evaluation's error too (growlm.multiplier's docstring)."""
     if table.empty:
         return table
     table = table.copy()
@@ -263,7 +266,10 @@ def multiplier_columns(table: pd.DataFrame, m0_ends: pd.DataFrame | None, *, n_b
         table.loc[g.index, "m0_fit_why"] = fit.why
         if not fit.ok:
             continue
-        result = arm_multiplier(ends[["seed", "flops", "loss"]], finals, n_boot=n_boot)
+        paired = {}
+        if "paired_se" in g and g["paired_se"].notna().all():  # the evaluation's error of the arm (a bench gives it)
+            paired = {"eval_se": float(g["paired_se"].iloc[0]), "eval_windows": int(g["paired_windows"].iloc[0])}
+        result = arm_multiplier(ends[["seed", "flops", "loss"]], finals, n_boot=n_boot, **paired)
         for col in MULTIPLIER_COLUMNS:
             if col in result:
                 table.loc[g.index, col] = result[col]
