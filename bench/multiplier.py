@@ -32,6 +32,9 @@ Writes, leaving RESULTS 15's first measurement (envelope_*.csv) as it was:
 - bench/results/multiplier_table.csv: one row per budget and arm: the multiplier counted and free with its 95%
   interval, whether it is an extrapolation and by how much, the cost ratio by envelope of finished runs and within
   one schedule (mean and standard deviation over seeds), the final losses with their standard errors;
+- bench/results/multiplier_paired.csv: each arm and seed's final loss minus M_0's, read again on the same
+  validation windows from the kept models, with that difference's standard error (`paired`); each arm's, for its
+  seeds' mean, goes into its interval (growlm.multiplier's `eval_se`) and the table's paired_se;
 - bench/results/multiplier_curves.csv: every evaluation of every run (M_0's full runs and branches, each M_1's,
   the members'), so that every figure can be fitted again without training.
 """
@@ -131,6 +134,84 @@ def _merge(arm_overlay: dict) -> dict:
     return {**arm_overlay, **overlay()}
 
 
+def finished(root: Path, key: str, arm: dict, seed: int) -> bool:
+    """Whether M_0 and the arm's M_1 at `seed` have finished every run and evaluation."""
+    budget = BUDGETS[key]
+    base, folder = root / f"run_multiplier_{budget}_base", root / f"run_multiplier_{budget}_{arm['folder']}"
+    wanted = [base / t for t in targets(m0_model(budget, seed), M0_POINTS)]
+    wanted += [folder / t for t in targets(m1_model(arm, budget, seed), REFINE_POINTS)]
+    return all(f.is_file() for f in wanted)
+
+
+def paired(root: Path, keys, seeds=range(10)) -> tuple[pd.DataFrame, dict]:
+    """The evaluation's error in each comparison: every finished arm and seed's final loss minus M_0's, read on
+    the same validation windows, with that difference's standard error (growlm.loss.window_losses, mean_and_se
+    of the windows' differences), in which what every model finds hard in those windows cancels; and per arm
+    the same for the seeds' mean difference, {(budget, arm): (standard error, windows)}, the error the seeds
+    share that growlm.multiplier carries into the interval (`eval_se`).
+
+    M_0 here is its run to `EXTEND` times the budget, the one whose weights a run keeps (its branches keep their
+    ledgers only), so the difference is not the one the multiplier reads; its error is the evaluation's for two
+    models of this size on these windows, further apart than M_1 is from M_0's curve (a closer pair shares more),
+    so an upper bound of it. Each model's loss read here is checked against the one its own run recorded; the
+    windows' losses are kept under root/window_losses by the model's checksum. Writes
+    bench/results/multiplier_paired.csv."""
+    import json
+
+    import numpy as np
+
+    from growlm.loss import mean_and_se, window_losses
+    from growlm.model import load_model
+
+    cache = root / "window_losses"
+    cache.mkdir(exist_ok=True)
+
+    def sums(model_dir: Path, val: np.ndarray) -> np.ndarray:
+        record = json.loads((model_dir / "growlm.json").read_text())["train"]
+        kept = cache / f"{(model_dir / 'model.safetensors.sha256').read_text().split()[0]}.npy"
+        if kept.is_file():
+            out = np.load(kept)
+        else:
+            out = window_losses(load_model(model_dir), val, context=record["config"]["context"])
+            np.save(kept, out)
+        loss = out.sum() / (out.size * record["config"]["context"])
+        if abs(loss - record["final_val_loss"]) > 1e-4:
+            raise SystemExit(f"{model_dir}: its final loss read again is {loss:.5f}, its run recorded "
+                             f"{record['final_val_loss']:.5f}; not the same windows or not the same model")
+        return out
+
+    rows, per_arm_se = [], {}
+    for key in keys:
+        budget = BUDGETS[key]
+        base = root / f"run_multiplier_{budget}_base"
+        if not (base / "results/tokens/level1/val.npy").is_file():
+            continue
+        val = np.load(base / "results/tokens/level1/val.npy")
+        for name, arm in all_arms(key).items():
+            folder = root / f"run_multiplier_{budget}_{arm['folder']}"
+            differences = []
+            for seed in seeds:
+                if not finished(root, key, arm, seed):
+                    continue
+                m0_dir, m1_dir = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
+                s0, s1 = sums(m0_dir, val), sums(m1_dir, val)
+                context = json.loads((m1_dir / "growlm.json").read_text())["train"]["config"]["context"]
+                counts = np.full(s1.size, context)
+                (l0, se0), (l1, se1) = mean_and_se(s0, counts), mean_and_se(s1, counts)
+                difference, paired_se = mean_and_se(s1 - s0, counts)
+                differences.append(s1 - s0)
+                rows.append({"budget": budget, "arm": name, "seed": seed, "windows": s1.size,
+                             "tokens": int(counts.sum()), "m0_tokens_trained": EXTEND * budget,
+                             "m0_loss": l0, "m0_loss_se": se0, "m1_loss": l1, "m1_loss_se": se1,
+                             "m1_minus_m0": difference, "m1_minus_m0_se": paired_se})
+            if differences:
+                per_arm_se[(budget, name)] = (mean_and_se(np.mean(differences, axis=0), counts)[1], counts.size)
+    out = pd.DataFrame(rows)
+    if len(out):
+        out.to_csv(OUT / "multiplier_paired.csv", index=False)
+    return out, per_arm_se
+
+
 def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[dict], list[pd.DataFrame], list]:
     """Each seed's comparison row of an arm against M_0 (base folder), its curves and M_0's finished runs."""
     from growlm.runs import arm_ends
@@ -140,11 +221,9 @@ def arm_rows(root: Path, key: str, name: str, arm: dict, seeds) -> tuple[list[di
     base = root / f"run_multiplier_{budget}_base"
     rows, curves, ends = [], [], []
     for seed in seeds:
-        m0, m1 = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
-        wanted = [base / t for t in targets(m0_model(budget, seed), M0_POINTS)]
-        wanted += [folder / t for t in targets(m1_model(arm, budget, seed), REFINE_POINTS)]
-        if not all(f.is_file() for f in wanted):  # a seed not finished (every run and evaluation) is left out
+        if not finished(root, key, arm, seed):  # a seed not finished (every run and evaluation) is left out
             continue
+        m0, m1 = base / m0_model(budget, seed), folder / m1_model(arm, budget, seed)
         combo = {"d0": arm["d0"], "L0": arm["L0"], "d1": SIZES["d1"], "L1": SIZES["L1"], "n": arm["n"],
                  "method": arm["method"], "seed": seed, "budget": budget, "lr": optim(ARM_LR, WD)}
         paths = {"baseline": str(base / "results/models/baseline/d{d1}_L{L1}/t{budget}_lr{lr}/s{seed}"),
@@ -167,11 +246,14 @@ def summarise(root: Path, keys, seeds=range(10)) -> pd.DataFrame:
     from growlm.runs import multiplier_columns
 
     seeds_rows, curves = [], []
+    _, evaluation = paired(root, keys, seeds)
     for key in keys:
         for name, arm in all_arms(key).items():
             rows, c, ends = arm_rows(root, key, name, arm, seeds)
             if not rows:
                 continue
+            se, windows = evaluation.get((BUDGETS[key], name), (float("nan"), 0))
+            rows = [{**r, "paired_se": se, "paired_windows": windows} for r in rows]
             table = multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True))
             seeds_rows.append(table)
             curves += c
@@ -191,7 +273,7 @@ def per_arm(per_seed: pd.DataFrame) -> pd.DataFrame:
     first = ["tokens_per_param", "m0_passes", "multiplier", "multiplier_low", "multiplier_high", "multiplier_free",
              "multiplier_free_low", "multiplier_free_high", "saving", "extrapolated", "extrapolation_factor",
              "m0_fit_E", "m0_fit_A", "m0_fit_alpha", "m0_points", "m0_seeds", "m1_seeds", "interval_method",
-             "members_passes"]
+             "members_passes", "paired_se", "paired_windows"]
     table = g.agg(**{c: (c, "first") for c in first if c in per_seed},
                   seeds=("seed", "nunique"),
                   small_flops=("small_flops", "first"), m0_flops=("m0_flops", "first"),

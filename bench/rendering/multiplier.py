@@ -56,14 +56,16 @@ def multiplier_table(df) -> str:
     header = ["M_0's tokens (per non-embedding parameter; passes over its text)", "arm", "members' FLOPs / M_0's",
               "seeds", "multiplier, members counted (95% interval)", "members free (95% interval)", "verdict",
               "extrapolated", "cost ratio by envelope of finished runs, counted", "within one schedule, counted",
-              "M_0 final loss ± se (sd over seeds)", "M_1 final loss ± se (sd over seeds)"]
+              "M_0 final loss ± se (sd over seeds)", "M_1 final loss ± se (sd over seeds)",
+              "se of M_1's loss - M_0's, same windows"]
     rows = []
     for budget in _budgets(df):
         for _, r in df[df["budget"] == budget].iterrows():
             rows.append([f"{tok(budget)} ({tpp(r['tokens_per_param'])}; {r['m0_passes']:.1f} passes)", r["arm"],
                          f"{r['small_flops_share']:.3f}", int(r["seeds"]), interval(r), interval(r, "multiplier_free"),
                          verdict(r), extrapolated(r), pm(r["envelope_ratio"], r["envelope_ratio_std"]),
-                         pm(r["cost_ratio"], r["cost_ratio_std"]), loss_se(r, "m0"), loss_se(r, "m1")])
+                         pm(r["cost_ratio"], r["cost_ratio_std"]), loss_se(r, "m0"), loss_se(r, "m1"),
+                         "-" if missing(r.get("paired_se")) else f"{r['paired_se']:.4f}"])
     return table(header, rows)
 
 
@@ -100,7 +102,8 @@ def _arms(df: pd.DataFrame) -> list[dict]:
         m0 = at.iloc[0]
         out.append({"budget": budget, "tpp": m0["tokens_per_param"], "rows": [r for _, r in at.iterrows()],
                     "m0_se": m0["m0_final_val_loss_se"], "m0_sd": m0["m0_final_val_loss_std"],
-                    "m0_seeds": m0["m0_seeds"], "cut_arms": [a for a in ARMS if a not in set(at["arm"])]})
+                    "m0_seeds": m0["m0_seeds"], "cut_arms": [a for a in ARMS if a not in set(at["arm"])],
+                    "paired": at["paired_se"].dropna().tolist() if "paired_se" in at else []})
     return out
 
 
