@@ -90,6 +90,16 @@ def test_the_comparison_and_the_first_page_give_the_cost_by_envelope(wsd_run):
         assert sorted(runs["run"].unique()) == ["branch 0.35", "branch 0.7", "full"]
         ends = runs[runs["is_end"]]
         assert len(ends) == 3 and ends["val_loss_se"].gt(0).all()  # each run's end, with its standard error
+    # the evaluation's error: every run kept its last evaluation's window losses beside its ledger; M_1 is paired
+    # with M_0's finished run nearest its loss, and the difference's error is far under either loss's own
+    from growlm.runs import eval_error, final_windows, paired_windows
+
+    for ledger in (results / "models").rglob("ledger.csv"):
+        assert final_windows(ledger) is not None, ledger
+    m1_dir, m0_dir = next(results.glob("models/refined/*/*/*/*/s0")), next(results.glob("models/baseline/*/*/s0"))
+    se, windows = eval_error([paired_windows(m1_dir, [m0_dir], ["35", "70"])])
+    assert (row["eval_se"], row["eval_windows"]) == (pytest.approx(se), windows) and windows >= 2
+    assert 0 < row["eval_se"] < min(row["m0_final_val_loss_se"], row["m1_final_val_loss_se"])
     cooldowns = sum(json.loads(f.read_text())["cooldown_flops"]
                     for f in (results / "models").rglob("branch.json"))
     assert row["cooldown_flops"] == pytest.approx(cooldowns)

@@ -225,3 +225,35 @@ def test_finished_reach_reads_the_fit_or_the_lower_hull_and_never_below_the_lowe
     # a refused fit falls back on the hull; the power law is convex in log C, so its hull runs above it
     hull = finished_reach(ends, target, Fit(why="refused"))
     assert hull == finished_reach(ends, target) and 0.6 * U < hull < 0.7 * U
+
+
+def test_window_losses_are_read_only_where_they_are_the_ledgers_and_paired_by_nearest_loss(tmp_path):
+    """A run's window losses (beside its ledger) are read where their mean is the ledger's final loss, not where
+    they were left by an earlier run; M_1 is paired with M_0's finished run nearest its loss; an arm's error is
+    that of its seeds' mean difference, and none where a seed has no windows."""
+    from growlm.envelope import windows_path
+    from growlm.runs import eval_error, final_windows, paired_windows
+
+    cols = "step,tokens,flops,wall_s,lr,train_loss,val_loss,peak_mem_mb,kind\n"
+
+    def run(folder, windows, loss=None):
+        folder.mkdir(parents=True)
+        loss = float(np.mean(windows)) if loss is None else loss
+        (folder / "ledger.csv").write_text(cols + f"0,0,0,0,0,,5.0,1,eval\n10,100,1e9,1,0,4,{loss:.5f},1,eval\n")
+        np.save(windows_path(folder / "ledger.csv"), np.asarray(windows, dtype=float))
+        return folder
+
+    rng = np.random.default_rng(0)
+    hard = rng.normal(4.0, 0.5, 50)  # what every model finds hard: shared by the windows of every run
+    m1 = run(tmp_path / "m1", hard - 0.1 + rng.normal(0, 0.01, 50))
+    m0 = run(tmp_path / "m0", hard + rng.normal(0, 0.01, 50))  # its full run: 0.1 above M_1
+    run(m0 / "branches" / "b50", hard + 0.5 + rng.normal(0, 0.01, 50))  # a branch, further from M_1's loss
+    diff = paired_windows(m1, [m0], ["50"])
+    assert diff == pytest.approx(np.load(windows_path(m1 / "ledger.csv")) - np.load(windows_path(m0 / "ledger.csv")))
+    se, windows = eval_error([diff])
+    assert windows == 50 and se == pytest.approx(diff.std(ddof=1) / math.sqrt(50)) and se < 0.01
+    assert eval_error([diff, diff + 0.02])[0] == pytest.approx(se)  # the seeds' mean difference
+    assert eval_error([diff, None]) == (pytest.approx(math.nan, nan_ok=True), 0)
+    stale = run(tmp_path / "stale", hard, loss=3.0)  # windows left from another run: their mean is not the ledger's
+    assert final_windows(stale / "ledger.csv") is None and paired_windows(stale, [m0]) is None
+    assert final_windows(tmp_path / "nowhere" / "ledger.csv") is None

@@ -408,6 +408,8 @@ def test_the_last_evaluation_reads_the_final_tokens_with_its_standard_error(tmp_
     last = rows[-1]
     assert float(last["val_loss"]) == pytest.approx(mean, abs=1e-5)
     assert float(last["val_loss_se"]) == pytest.approx(se, rel=1e-3)
+    # each window's loss, kept beside the ledger for comparing two runs on the same windows
+    assert np.load(tmp_path / "l.val_windows.npy") == pytest.approx(sums / T, rel=1e-5)
     assert float(last["val_loss_curve"]) == round(evaluate(model, val, context=T, batch_size=8, max_tokens=1024)["loss"], 5)
     # fewer windows, a larger error: the first evaluations' SE against the last's, about sqrt(n_win / 64)
     assert float(rows[-2]["val_loss_se"]) > 1.5 * float(last["val_loss_se"])

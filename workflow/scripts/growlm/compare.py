@@ -36,7 +36,8 @@ from growlm.methods import OPERATORS, is_single_member_control, members_used
 from growlm.modes import NOT_RECORDED, arm_mode, job_mode
 from growlm.pretrained import member_cost_flops, shape_of_config
 from growlm.runs import (CURVE_COLUMNS, LEDGER_NUMBERS, M1_ARM_KEYS, arm_ends, arm_runs, envelope_columns, m0_at_budget,  # noqa: F401
-                         model_runs, multiplier_columns, on_curve, read_ledger, run_curves, run_end, tidy_run)
+                         model_runs, multiplier_columns, on_curve, paired_windows, eval_error, read_ledger, run_curves,
+                         run_end, tidy_run)
 from growlm.tokens import load_tokens
 from growlm.train_config import TrainConfig
 
@@ -413,7 +414,7 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
                 out.append(Path(paths[pattern].format(**{**combo, "budget": b, "lr": chosen[key]})))
         return out
 
-    rows, curves, savings, m0_ends = [], [], [], []
+    rows, curves, savings, m0_ends, differences, row_keys = [], [], [], [], {}, []
     for combo in combos:
         if str(combo["lr"]) != m1_lrs[arm_key(combo, M1_ARM_KEYS)]:
             continue  # each arm is compared at its own best rate
@@ -421,6 +422,8 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
                 "m1": at_every_budget(combo, "refined", M1_ARM_KEYS, m1_lrs)}
         m0_ends.append(arm_ends(dirs["m0"], (branches or {}).get("baseline", {})).assign(
             **{k: combo[k] for k in M1_ARM_KEYS}, seed=combo["seed"]))
+        differences.setdefault(arm_key(combo, M1_ARM_KEYS), []).append(  # M_1 less M_0's nearest run, per window
+            paired_windows(paths["refined"].format(**combo), dirs["m0"], (branches or {}).get("baseline", {})))
         row, c = compare_one(combo, paths, m0_lr=m0_lrs.get(arm_key(combo, M0_ARM_KEYS)), levels=levels,
                              tasks=tasks, pretrained=pretrained, envelope_dirs=dirs, branches=branches,
                              token_files=token_files)
@@ -429,8 +432,14 @@ def write_comparison(combos: list[dict], paths: dict, *, comparison_csv, curves_
         keys = {k: combo[k] for k in ("d0", "L0", "d1", "L1", "n", "method", "seed", "budget")}
         savings += [{**keys, **r} for r in row.pop("savings")]
         rows.append(row)
+        row_keys.append(arm_key(combo, M1_ARM_KEYS))
         curves.extend(c)
-    table = multiplier_columns(pd.DataFrame(rows), pd.concat(m0_ends, ignore_index=True) if m0_ends else None)
+    table = pd.DataFrame(rows)
+    if len(table):  # each arm's evaluation error, the seeds' mean difference to M_0 on the same windows
+        errors = {key: eval_error(d) for key, d in differences.items()}
+        table["eval_se"] = [errors[k][0] for k in row_keys]
+        table["eval_windows"] = [errors[k][1] for k in row_keys]
+    table = multiplier_columns(table, pd.concat(m0_ends, ignore_index=True) if m0_ends else None)
     table.to_csv(comparison_csv, index=False)
     if savings_csv is not None:
         pd.DataFrame(savings, columns=[*("d0", "L0", "d1", "L1", "n", "method", "seed", "budget"), "loss", "m0_flops",

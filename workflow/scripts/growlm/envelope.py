@@ -44,6 +44,7 @@ Torch-free and pandas-free: plain lists of pairs (the Snakefile's parse imports 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 Point = tuple[float, float]  # (FLOPs, validation loss)
 
@@ -51,6 +52,13 @@ Point = tuple[float, float]  # (FLOPs, validation loss)
 def point_id(fraction: float) -> str:
     """The path-safe name of a branch point, a fraction of the stable phase in percent: 0.35 -> '35'."""
     return f"{100 * float(fraction):g}"
+
+
+def windows_path(ledger_path):
+    """Where a run's last evaluation keeps each validation window's mean loss: beside its ledger,
+    `ledger.val_windows.npy` for `ledger.csv` (growlm.train writes it, growlm.runs.final_windows reads it), so
+    that two runs' ends can be compared on the same windows."""
+    return Path(ledger_path).with_suffix(".val_windows.npy")
 
 
 def _run(points) -> list[Point]:

@@ -221,7 +221,8 @@ def validation_loss(model: torch.nn.Module, tokens: np.ndarray, *, context: int,
     """An evaluation of the training loop: the mean loss over the windows of up to `max_tokens` tokens (None:
     the whole split, `growlm.data.eval_windows`), its standard error (`mean_and_se`, the windows as blocks),
     the tokens and windows read, and `curve_loss`, the loss over the first `curve_tokens`' windows (None: the
-    same windows). Those first windows are read as batches of their own, exactly as an evaluation of
+    same windows), and `window_losses`, each window's mean token loss (float64, to compare two models on the same
+    windows: `growlm.runs.paired_error`). Those first windows are read as batches of their own, exactly as an evaluation of
     `curve_tokens` reads them, so `curve_loss` is that evaluation's loss to the bit: a run's precise last
     evaluation also gives the point its curve's other evaluations would have given. Both are summed batch by
     batch as `evaluate` sums them: without that split (`curve_tokens` None or as many windows) `loss` is
@@ -239,4 +240,4 @@ def validation_loss(model: torch.nn.Module, tokens: np.ndarray, *, context: int,
     _, se = mean_and_se(sums, np.full(sums.size, context))
     total = head[2] + rest[2]
     return {"loss": (head[0] + rest[0]) / total, "se": se, "tokens": total, "windows": int(sums.size),
-            "curve_loss": head[0] / head[2]}
+            "curve_loss": head[0] / head[2], "window_losses": sums / context}

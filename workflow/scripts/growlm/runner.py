@@ -38,6 +38,7 @@ import torch
 from growlm import checkpoint
 from growlm.console import log as job_log, warn
 from growlm.distributed import init_process_group, ranks_where, save_full_model, wrap_model
+from growlm.envelope import windows_path
 from growlm.errors import GrowlmError, digest, read_json
 from growlm.launch import job_allocation, run_across_nodes, run_here, standalone_command
 from growlm.growth import load_grown, load_plugins
@@ -312,6 +313,8 @@ def execute(job: TrainingJob, *, model: torch.nn.Module | None = None, log=job_l
     Path(job.out_dir).mkdir(parents=True, exist_ok=True)
     if rank == 0:
         shutil.copy(job.ledger_file, Path(job.out_dir) / "ledger.csv")
+        if windows_path(job.ledger_file).is_file():  # the last evaluation's window losses, beside the ledger
+            shutil.copy(windows_path(job.ledger_file), windows_path(Path(job.out_dir) / "ledger.csv"))
         if job.summary_file:
             Path(job.summary_file).parent.mkdir(parents=True, exist_ok=True)
             Path(job.summary_file).write_text(json.dumps(summary, indent=2, default=str))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from growlm import envelope
@@ -72,6 +73,45 @@ def model_runs(model_dir, points=None) -> list[tuple[str, pd.DataFrame, dict | N
         out.append((f"branch {float(record.get('fraction', float(p) / 100)):g}", read_ledger(folder / "ledger.csv"),
                     record))
     return out
+
+
+def final_windows(ledger_path) -> np.ndarray | None:
+    """Each validation window's mean loss at a run's last evaluation (`growlm.envelope.windows_path`, beside its
+    ledger), or None where the run kept none (a run older than the file, a ledger made elsewhere) or the file is not
+    this ledger's (its mean is not the ledger's final loss: left from an earlier run of the folder)."""
+    path = envelope.windows_path(ledger_path)
+    if not (path.is_file() and Path(ledger_path).is_file()):
+        return None
+    windows = np.load(path)
+    if windows.size < 2 or abs(float(windows.mean()) - run_end(read_ledger(ledger_path))["loss"]) > 1e-4:
+        return None
+    return windows
+
+
+def paired_windows(m1_dir, m0_dirs, points=None) -> np.ndarray | None:
+    """M_1's last evaluation's window losses minus those of M_0's finished run (its full runs' and cooldown
+    branches' ends at `points`, of the same seed) whose final loss lies nearest M_1's: the pair the multiplier's
+    reading of M_0's curve at M_1's loss is closest to. None where a run kept no windows or they differ in number."""
+    m1 = final_windows(Path(m1_dir) / "ledger.csv")
+    if m1 is None:
+        return None
+    ledgers = [Path(d) / "ledger.csv" for d in m0_dirs]
+    ledgers += [Path(d) / "branches" / f"b{p}" / "ledger.csv" for d in m0_dirs for p in (points or [])]
+    runs = [(abs(run_end(read_ledger(path))["loss"] - float(m1.mean())), path) for path in ledgers if path.is_file()]
+    if not runs:
+        return None
+    m0 = final_windows(min(runs)[1])
+    return None if m0 is None or m0.size != m1.size else m1 - m0
+
+
+def eval_error(differences) -> tuple[float, int]:
+    """The standard error of the seeds' mean loss difference over the windows they share (`paired_windows` of
+    each seed): (standard error, windows), the evaluation's error that growlm.multiplier carries into an arm's
+    interval (`eval_se`); (NaN, 0) where a seed has none."""
+    if not differences or any(d is None for d in differences) or len({d.size for d in differences}) != 1:
+        return math.nan, 0
+    mean = np.mean(differences, axis=0)
+    return float(mean.std(ddof=1) / math.sqrt(mean.size)), int(mean.size)
 
 
 def m0_at_budget(model_dir, budget: int) -> pd.DataFrame:
@@ -241,9 +281,9 @@ def multiplier_columns(table: pd.DataFrame, m0_ends: pd.DataFrame | None, *, n_b
     runs' and its cooldown branches'. M_1's FLOPs are its whole run's with what it is charged before its
     refinement: its members and growth (counted), or the growth alone (free). Where M_0 has fewer than three
     finished runs of different FLOPs the fit is refused and the columns are empty (`m0_fit_why` says why). Where
-    `table` has the columns paired_se and paired_windows (the standard error of the arm's mean final loss minus
-    M_0's, read on the same windows, and their number: `bench/multiplier.py` reads them off the kept models), the
-    interval carries that evaluation's error too (growlm.multiplier's docstring)."""
+    `table` has the columns eval_se and eval_windows (the standard error of the arm's mean final loss minus
+    M_0's, read on the same windows, and their number: `eval_error`), the interval carries that evaluation's
+    error too (growlm.multiplier's docstring)."""
     if table.empty:
         return table
     table = table.copy()
@@ -267,8 +307,8 @@ def multiplier_columns(table: pd.DataFrame, m0_ends: pd.DataFrame | None, *, n_b
         if not fit.ok:
             continue
         paired = {}
-        if "paired_se" in g and g["paired_se"].notna().all():  # the evaluation's error of the arm (a bench gives it)
-            paired = {"eval_se": float(g["paired_se"].iloc[0]), "eval_windows": int(g["paired_windows"].iloc[0])}
+        if "eval_se" in g and g["eval_se"].notna().all() and (g["eval_windows"] >= 2).all():  # the evaluation's error
+            paired = {"eval_se": float(g["eval_se"].iloc[0]), "eval_windows": int(g["eval_windows"].iloc[0])}
         result = arm_multiplier(ends[["seed", "flops", "loss"]], finals, n_boot=n_boot, **paired)
         for col in MULTIPLIER_COLUMNS:
             if col in result:

@@ -40,6 +40,7 @@ from growlm.atomic import atomic_path
 from growlm.console import log as console_log, warn
 from growlm.data import BatchSampler
 from growlm.devices import device_name, mfu, peak_flops
+from growlm.envelope import windows_path
 from growlm.errors import GrowlmError
 from growlm.flops import model_train_flops_per_token
 from growlm.live import from_env as live_from_env
@@ -384,6 +385,9 @@ class Run:
                                     max_tokens=(self.cfg.final_eval_tokens or None) if final else self.cfg.eval_tokens,
                                     curve_tokens=self.cfg.eval_tokens, device=self.device)
             self.final_eval_s += (time.perf_counter() - t0) if final else 0.0
+            if final and _world()[0] == 0:  # each window's loss beside the ledger, to compare runs on the same windows
+                with atomic_path(windows_path(self.ledger_path)) as tmp, open(tmp, "wb") as fh:
+                    np.save(fh, v["window_losses"])
             row.update(val_loss=round(v["loss"], 5), val_loss_se="" if math.isnan(v["se"]) else round(v["se"], 6),
                        val_tokens=v["tokens"], val_loss_curve=round(v["curve_loss"], 5))
         self.rows.append(row)

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from growlm import hints, live
 from growlm.console import log
 from growlm.devices import choose_device
+from growlm.envelope import windows_path
 from growlm.errors import GrowlmError
 from growlm.families import FAMILY, family_of
 from growlm.growth import load_grown, load_plugins
@@ -292,9 +293,11 @@ def cooldown(*, kind: str, branch: dict, state_dir, out_dir, gpus: int = 0, node
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(scratch / "ledger.csv", out / "ledger.csv")
+    if windows_path(scratch / "ledger.csv").is_file():  # the last evaluation's window losses, beside the ledger
+        shutil.copy(windows_path(scratch / "ledger.csv"), windows_path(out / "ledger.csv"))
     if keep_model:
         for f in scratch.iterdir():
-            if f.is_file() and f.name != "ledger.csv":
+            if f.is_file() and f.name not in ("ledger.csv", windows_path("ledger.csv").name):
                 shutil.copy(f, out / f.name)
     (out / "branch.json").write_text(json.dumps(record, indent=1))
     shutil.rmtree(scratch, ignore_errors=True)
