@@ -34,7 +34,7 @@ Writes, leaving RESULTS 15's first measurement (envelope_*.csv) as it was:
   one schedule (mean and standard deviation over seeds), the final losses with their standard errors;
 - bench/results/multiplier_paired.csv: each arm and seed's final loss minus M_0's, read again on the same
   validation windows from the kept models, with that difference's standard error (`paired`); each arm's, for its
-  seeds' mean, goes into its interval (growlm.multiplier's `eval_se`) and the table's paired_se;
+  seeds' mean, goes into its interval (growlm.multiplier's `eval_se`) and the table's eval_se;
 - bench/results/multiplier_curves.csv: every evaluation of every run (M_0's full runs and branches, each M_1's,
   the members'), so that every figure can be fitted again without training.
 """
@@ -253,7 +253,7 @@ def summarise(root: Path, keys, seeds=range(10)) -> pd.DataFrame:
             if not rows:
                 continue
             se, windows = evaluation.get((BUDGETS[key], name), (float("nan"), 0))
-            rows = [{**r, "paired_se": se, "paired_windows": windows} for r in rows]
+            rows = [{**r, "eval_se": se, "eval_windows": windows} for r in rows]
             table = multiplier_columns(pd.DataFrame(rows), pd.concat(ends, ignore_index=True))
             seeds_rows.append(table)
             curves += c
@@ -273,7 +273,7 @@ def per_arm(per_seed: pd.DataFrame) -> pd.DataFrame:
     first = ["tokens_per_param", "m0_passes", "multiplier", "multiplier_low", "multiplier_high", "multiplier_free",
              "multiplier_free_low", "multiplier_free_high", "saving", "extrapolated", "extrapolation_factor",
              "m0_fit_E", "m0_fit_A", "m0_fit_alpha", "m0_points", "m0_seeds", "m1_seeds", "interval_method",
-             "members_passes", "paired_se", "paired_windows"]
+             "members_passes", "eval_se", "eval_windows"]
     table = g.agg(**{c: (c, "first") for c in first if c in per_seed},
                   seeds=("seed", "nunique"),
                   small_flops=("small_flops", "first"), m0_flops=("m0_flops", "first"),

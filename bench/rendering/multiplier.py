@@ -65,7 +65,7 @@ def multiplier_table(df) -> str:
                          f"{r['small_flops_share']:.3f}", int(r["seeds"]), interval(r), interval(r, "multiplier_free"),
                          verdict(r), extrapolated(r), pm(r["envelope_ratio"], r["envelope_ratio_std"]),
                          pm(r["cost_ratio"], r["cost_ratio_std"]), loss_se(r, "m0"), loss_se(r, "m1"),
-                         "-" if missing(r.get("paired_se")) else f"{r['paired_se']:.4f}"])
+                         "-" if missing(r.get("eval_se")) else f"{r['eval_se']:.4f}"])
     return table(header, rows)
 
 
@@ -103,7 +103,7 @@ def _arms(df: pd.DataFrame) -> list[dict]:
         out.append({"budget": budget, "tpp": m0["tokens_per_param"], "rows": [r for _, r in at.iterrows()],
                     "m0_se": m0["m0_final_val_loss_se"], "m0_sd": m0["m0_final_val_loss_std"],
                     "m0_seeds": m0["m0_seeds"], "cut_arms": [a for a in ARMS if a not in set(at["arm"])],
-                    "paired": at["paired_se"].dropna().tolist() if "paired_se" in at else []})
+                    "paired": at["eval_se"].dropna().tolist() if "eval_se" in at else []})
     return out
 
 
