@@ -1,5 +1,5 @@
 """The effective compute multiplier: how much compute M_0's fitted loss curve needs for M_1's final loss, over
-what M_1 spent, with a 95% interval over seeds.
+what M_1 spent, with a 95% interval over seeds (and the evaluation's error, where it is given).
 
 Why. Reading M_1's cost where its curve first reaches M_0's final loss (`growlm.compare.first_reach`, or the
 envelope of `growlm.envelope`) needs a point of M_1's curve at that loss; unless a run of M_1 *ended* there, the
