@@ -105,14 +105,15 @@ def m1_model(arm: dict, budget: int, seed: int) -> str:
 
 
 def run(root: Path, key: str, seeds, cores: int, names=ARMS) -> None:
-    """Every model of a budget's arms `names` at `seeds` that is not finished: the base folder (M_0 and msg, always)
-    first, then the other arms' folders side by side, each on one core."""
+    """Every model of a budget's arms `names` at `seeds` that is not finished: the base folder (M_0 always, msg
+    where named) first, then the other arms' folders side by side, each on one core."""
     budget = BUDGETS[key]
     r = Runner(root, budget, cores)
     r.folder = lambda name: root / f"run_multiplier_{budget}_{name}"  # this measurement's own folders
     chosen = all_arms(key, ("msg", *(n for n in names if n != "msg")))
     base = [t for s in seeds for t in targets(m0_model(budget, s), M0_POINTS)]
-    base += [t for s in seeds for t in targets(m1_model(chosen["msg"], budget, s), REFINE_POINTS)]
+    if "msg" in names:
+        base += [t for s in seeds for t in targets(m1_model(chosen["msg"], budget, s), REFINE_POINTS)]
     r.run("base", overlay(), base, copy_of=None)
     others: dict[str, tuple[dict, list[str]]] = {}
     for name, arm in chosen.items():
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default="8,32", help="tokens per non-embedding parameter: 8, 32 or both")
     ap.add_argument("--seeds", default="0,1,2", help="seeds to train (the tables read every seed finished)")
     ap.add_argument("--arms", default=";".join(ARMS),
-                    help="arms to train, separated by ';' (msg is always trained: the others start from its folder)")
+                    help="arms to train, separated by ';' (M_0 is always trained: the others start from a copy of its folder)")
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     keys = [k for k in args.budgets.split(",") if k]
