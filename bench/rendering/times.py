@@ -24,6 +24,8 @@ def rows(df: pd.DataFrame) -> dict[str, dict]:
         d["month"] = pd.Timestamp(d["date"]).strftime("%B %Y")
         d["tests"] = None if pd.isna(d["tests"]) else f"{int(d['tests']):,}"
         out[r["what"]] = d
+        if r["what"] in ("suite", "suite_cache_filled"):  # the suite's latest measurement, either kind
+            out["suite_latest"] = d
     return out
 
 
