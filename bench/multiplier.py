@@ -163,6 +163,7 @@ def paired(root: Path, keys, seeds=range(10)) -> tuple[pd.DataFrame, dict]:
 
     from growlm.loss import mean_and_se, window_losses
     from growlm.model import load_model
+    from growlm.runs import eval_error
 
     cache = root / "window_losses"
     cache.mkdir(exist_ok=True)
@@ -200,13 +201,13 @@ def paired(root: Path, keys, seeds=range(10)) -> tuple[pd.DataFrame, dict]:
                 counts = np.full(s1.size, context)
                 (l0, se0), (l1, se1) = mean_and_se(s0, counts), mean_and_se(s1, counts)
                 difference, paired_se = mean_and_se(s1 - s0, counts)
-                differences.append(s1 - s0)
+                differences.append((s1 - s0) / context)  # per window's mean, as growlm.runs.eval_error reads them
                 rows.append({"budget": budget, "arm": name, "seed": seed, "windows": s1.size,
                              "tokens": int(counts.sum()), "m0_tokens_trained": EXTEND * budget,
                              "m0_loss": l0, "m0_loss_se": se0, "m1_loss": l1, "m1_loss_se": se1,
                              "m1_minus_m0": difference, "m1_minus_m0_se": paired_se})
             if differences:
-                per_arm_se[(budget, name)] = (mean_and_se(np.mean(differences, axis=0), counts)[1], counts.size)
+                per_arm_se[(budget, name)] = eval_error(differences)
     out = pd.DataFrame(rows)
     if len(out):
         out.to_csv(OUT / "multiplier_paired.csv", index=False)

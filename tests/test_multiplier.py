@@ -257,3 +257,5 @@ def test_window_losses_are_read_only_where_they_are_the_ledgers_and_paired_by_ne
     stale = run(tmp_path / "stale", hard, loss=3.0)  # windows left from another run: their mean is not the ledger's
     assert final_windows(stale / "ledger.csv") is None and paired_windows(stale, [m0]) is None
     assert final_windows(tmp_path / "nowhere" / "ledger.csv") is None
+    windows_path(m0 / "ledger.csv").write_bytes(b"\x93NUMPY truncated")  # damaged: not read, and said in one line
+    assert final_windows(m0 / "ledger.csv") is None and paired_windows(m1, [m0]) is None

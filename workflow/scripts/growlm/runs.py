@@ -21,6 +21,7 @@ import pandas as pd
 
 from growlm import envelope
 from growlm.branches import baseline_ends
+from growlm.console import warn
 from growlm.errors import GrowlmError, damaged, read_json
 from growlm.modes import NOT_RECORDED
 from growlm.multiplier import arm_multiplier, fit_power_law, seed_multipliers
@@ -82,7 +83,12 @@ def final_windows(ledger_path) -> np.ndarray | None:
     path = envelope.windows_path(ledger_path)
     if not (path.is_file() and Path(ledger_path).is_file()):
         return None
-    windows = np.load(path)
+    try:
+        windows = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:  # a damaged file: the interval goes without it, said
+        warn(f"{path} is not readable ({str(err).splitlines()[0] if str(err) else type(err).__name__}); its arm's "
+             "interval is over seeds alone (delete the file, or train the run again, to keep it so silently)")
+        return None
     if windows.size < 2 or abs(float(windows.mean()) - run_end(read_ledger(ledger_path))["loss"]) > 1e-4:
         return None
     return windows
