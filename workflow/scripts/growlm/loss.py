@@ -222,7 +222,7 @@ def validation_loss(model: torch.nn.Module, tokens: np.ndarray, *, context: int,
     the whole split, `growlm.data.eval_windows`), its standard error (`mean_and_se`, the windows as blocks),
     the tokens and windows read, and `curve_loss`, the loss over the first `curve_tokens`' windows (None: the
     same windows), and `window_losses`, each window's mean token loss (float64, to compare two models on the same
-    windows: `growlm.runs.paired_error`). Those first windows are read as batches of their own, exactly as an evaluation of
+    windows: `growlm.runs.paired_windows`). Those first windows are read as batches of their own, exactly as an evaluation of
     `curve_tokens` reads them, so `curve_loss` is that evaluation's loss to the bit: a run's precise last
     evaluation also gives the point its curve's other evaluations would have given. Both are summed batch by
     batch as `evaluate` sums them: without that split (`curve_tokens` None or as many windows) `loss` is
